@@ -1,0 +1,44 @@
+# Two commands: `make run` starts Magnetar, `make test` runs every check. Both idempotent.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+DATA_DIR ?= data
+PYTEST_ARGS ?=
+
+.PHONY: run test lint typecheck unit bench proto clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): $(BIN)/python pyproject.toml
+	$(BIN)/pip install --disable-pip-version-check -q --upgrade pip
+	$(BIN)/pip install --disable-pip-version-check -q -e '.[test]'
+	rm -f $(VENV)/.installed-*
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/magnetar standalone --data-dir $(DATA_DIR)
+
+lint: $(STAMP)
+	$(BIN)/ruff check magnetar tests bench
+	$(BIN)/ruff format --check magnetar tests bench
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+unit: $(STAMP)
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+test: lint typecheck unit
+
+bench: $(STAMP)
+	$(BIN)/python bench/storage.py
+
+# Regenerate the Pulsar protocol module from magnetar/protocols/pulsar/pulsar_api.proto.
+proto: $(STAMP)
+	$(BIN)/python -m grpc_tools.protoc -Imagnetar/protocols/pulsar \
+		--python_out=magnetar/protocols/pulsar/_proto magnetar/protocols/pulsar/pulsar_api.proto
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""Tier 5: topics, producers, subscriptions, dispatchers, cursors, schemas."""

@@ -1,0 +1,85 @@
+"""The ``magnetar`` command. Follows pulsar-admin habits: subcommands, ``--help`` at every
+level, a readable message and a non-zero exit code on any error."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Sequence
+
+from magnetar import __version__
+from magnetar.core.config import Settings, build_settings
+from magnetar.core.errors import MagnetarError
+
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+
+# (flag, setting, type, help)
+_STANDALONE_FLAGS: list[tuple[str, str, type, str]] = [
+    ("--data-dir", "data_dir", str, "where data lives (default ./data)"),
+    ("--journal-dir", "journal_dir", str, "journal directory (default DATA_DIR/journal)"),
+    ("--ledger-dir", "ledger_dir", str, "segment directory (default DATA_DIR/ledgers)"),
+    ("--metadata-url", "metadata_url", str, "metadata store (default sqlite:///DATA_DIR/...)"),
+    ("--fsync", "fsync", str, "journal fsync policy: always | interval:<ms> | never"),
+    ("--segment-max-bytes", "segment_max_bytes", int, "roll a segment at this size"),
+    ("--segment-max-age", "segment_max_age", float, "roll a segment after SECONDS (0: never)"),
+    ("--segment-max-entries", "segment_max_entries", int, "roll after N entries (0: no limit)"),
+    ("--journal-max-bytes", "journal_max_bytes", int, "rotate journal files at this size"),
+    ("--bind-address", "bind_address", str, "address the listeners bind to"),
+    ("--advertised-address", "advertised_address", str, "address given to clients"),
+    ("--pulsar-port", "pulsar_port", int, "Pulsar binary protocol port (default 6650)"),
+    ("--http-port", "http_port", int, "admin REST / HTTP port (default 8080)"),
+    ("--kafka-port", "kafka_port", int, "Kafka protocol port (default 9092)"),
+    ("--flight-port", "flight_port", int, "Arrow Flight bulk-read port (default 8815)"),
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="magnetar",
+        description="Magnetar: a Pulsar-style event store with Kafka and Spark built in.",
+    )
+    parser.add_argument("--version", action="version", version=f"magnetar {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands.required = True
+    standalone = commands.add_parser(
+        "standalone",
+        help="run every part of Magnetar in one process",
+        description="Run Magnetar in one process. Settings come from defaults, --config, "
+        "MAGNETAR_* environment variables and these flags, in that order of precedence.",
+    )
+    standalone.add_argument("--config", "-c", help="TOML settings file")
+    for flag, dest, kind, text in _STANDALONE_FLAGS:
+        standalone.add_argument(flag, dest=dest, type=kind, help=text)
+    standalone.set_defaults(handler=_standalone)
+    return parser
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    overrides = {dest: getattr(args, dest, None) for _, dest, _, _ in _STANDALONE_FLAGS}
+    return build_settings(config_file=args.config, overrides=overrides)
+
+
+def _standalone(args: argparse.Namespace) -> int:
+    from magnetar.standalone import serve
+
+    asyncio.run(serve(settings_from_args(args)))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.handler(args)
+    except MagnetarError as e:
+        print(f"magnetar: error: {e}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        return EXIT_ERROR
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

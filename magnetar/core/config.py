@@ -1,0 +1,192 @@
+"""One validated settings object, built from defaults, a TOML file, the environment and flags.
+
+Precedence, lowest first: the defaults below, an optional TOML file (``--config``), the
+``MAGNETAR_<NAME>`` environment variables, then explicit command-line flags. Every value is
+checked once, here; a bad value raises :class:`ConfigError` naming the setting, so a server
+never starts half-configured.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from magnetar.core.errors import ConfigError
+
+ENV_PREFIX = "MAGNETAR_"
+MiB = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class FsyncPolicy:
+    """When the journal is forced to disk: ``always`` (before each ack), ``interval``, ``never``."""
+
+    mode: str  # "always" | "interval" | "never"
+    interval_ms: int = 0
+
+    @classmethod
+    def parse(cls, text: str) -> FsyncPolicy:
+        text = text.strip().lower()
+        if text in ("always", "never"):
+            return cls(text)
+        if text.startswith("interval:"):
+            raw = text.split(":", 1)[1]
+            if raw.isdigit() and int(raw) > 0:
+                return cls("interval", int(raw))
+        raise ConfigError("fsync", f"unknown policy {text!r}: use always, interval:<ms> or never")
+
+    def __str__(self) -> str:
+        return f"interval:{self.interval_ms}" if self.mode == "interval" else self.mode
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Every setting of a Magnetar node. Paths left empty derive from ``data_dir``."""
+
+    data_dir: Path = Path("data")
+    journal_dir: Path | None = None  # default DATA_DIR/journal; may sit on its own disk
+    ledger_dir: Path | None = None  # default DATA_DIR/ledgers
+    metadata_url: str = ""  # default sqlite:///DATA_DIR/metadata.db
+    fsync: FsyncPolicy = field(default_factory=lambda: FsyncPolicy("always"))
+    journal_max_bytes: int = 64 * MiB
+    segment_max_bytes: int = 128 * MiB
+    segment_max_age: float = 0.0  # seconds; 0 = no age limit
+    segment_max_entries: int = 0  # 0 = no limit
+    index_interval_bytes: int = 4096
+    tail_cache_bytes: int = 32 * MiB  # per partition
+    bind_address: str = "127.0.0.1"
+    advertised_address: str = ""  # default: bind_address
+    pulsar_port: int = 6650
+    http_port: int = 8080
+    kafka_port: int = 9092
+    flight_port: int = 8815
+
+    @property
+    def journal_path(self) -> Path:
+        return self.journal_dir or self.data_dir / "journal"
+
+    @property
+    def ledger_path(self) -> Path:
+        return self.ledger_dir or self.data_dir / "ledgers"
+
+    @property
+    def metadata(self) -> str:
+        return self.metadata_url or f"sqlite:///{self.data_dir / 'metadata.db'}"
+
+    def replace(self, **changes: Any) -> Settings:
+        return build_settings(overrides={**as_dict(self), **changes})
+
+
+def as_dict(settings: Settings) -> dict[str, Any]:
+    return {f.name: getattr(settings, f.name) for f in dataclasses.fields(settings)}
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(Settings)}
+_NON_NEGATIVE = {"segment_max_age", "segment_max_entries"}
+_POSITIVE = {"journal_max_bytes", "segment_max_bytes", "index_interval_bytes", "tail_cache_bytes"}
+_PORTS = {"pulsar_port", "http_port", "kafka_port", "flight_port"}
+
+
+def build_settings(
+    *,
+    config_file: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> Settings:
+    """Merge the four sources and validate. Raises ConfigError naming the bad setting."""
+    raw: dict[str, Any] = {}
+    if config_file is not None:
+        raw.update(_read_toml(Path(config_file)))
+    raw.update(_from_env(os.environ if env is None else env))
+    raw.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    values = {name: _coerce(name, value) for name, value in raw.items()}
+    settings = Settings(**values)
+    _validate(settings)
+    return settings
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as f:
+            data = tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError("config", f"file {str(path)!r} does not exist") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError("config", f"{path} is not valid TOML: {e}") from None
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        # Accept both flat keys and one level of tables ([storage] segment_max_bytes = ...).
+        if isinstance(value, dict):
+            flat.update({k.replace("-", "_"): v for k, v in value.items()})
+        else:
+            flat[key.replace("-", "_")] = value
+    return flat
+
+
+def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
+    found = {}
+    for key, value in env.items():
+        if key.startswith(ENV_PREFIX):
+            name = key[len(ENV_PREFIX) :].lower()
+            if name in _FIELDS:
+                found[name] = value
+    return found
+
+
+def _coerce(name: str, value: Any) -> Any:
+    if name not in _FIELDS:
+        raise ConfigError(name, "unknown setting")
+    if name == "fsync":
+        return value if isinstance(value, FsyncPolicy) else FsyncPolicy.parse(str(value))
+    if name in ("data_dir", "journal_dir", "ledger_dir"):
+        return Path(value) if value not in ("", None) else None
+    default = _FIELDS[name].default
+    try:
+        if isinstance(default, bool):
+            return value if isinstance(value, bool) else str(value).lower() in ("1", "true", "yes")
+        if isinstance(default, int):
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError(value)
+            return int(value)
+        if isinstance(default, float):
+            return float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(name, f"expected a number, got {value!r}") from None
+    return str(value)
+
+
+def _validate(s: Settings) -> None:
+    if s.data_dir is None:
+        raise ConfigError("data_dir", "must be set")
+    for name in _POSITIVE:
+        if getattr(s, name) <= 0:
+            raise ConfigError(name, f"must be > 0, got {getattr(s, name)}")
+    for name in _NON_NEGATIVE:
+        if getattr(s, name) < 0:
+            raise ConfigError(name, f"must be >= 0, got {getattr(s, name)}")
+    for name in _PORTS:
+        port = getattr(s, name)
+        if not 0 <= port <= 65535:
+            raise ConfigError(name, f"must be a TCP port (0-65535), got {port}")
+    if not (s.metadata_url == "" or s.metadata_url.startswith(("sqlite://", "memory:"))):
+        raise ConfigError(
+            "metadata_url", f"unsupported store {s.metadata_url!r}: use sqlite:///PATH"
+        )
+
+
+def check_writable(setting: str, path: Path) -> None:
+    """Create ``path`` if needed and prove it writable, or raise ConfigError naming ``setting``."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".magnetar-write-probe"
+        probe.write_bytes(b"ok")
+        probe.unlink()
+    except OSError as e:
+        raise ConfigError(
+            setting, f"directory {str(path)!r} is not writable: {e.strerror}"
+        ) from None

@@ -1,0 +1,1 @@
+"""Tier 6: admin REST API and dashboard. Not built yet."""

@@ -1,0 +1,1 @@
+"""Tier 4: the managed ledger, one partition's segments across storage and tier."""

@@ -1,0 +1,23 @@
+"""Tier 1: the metadata store. Every piece of metadata goes through :class:`MetadataStore`."""
+
+from magnetar.meta.base import MetadataStore, Notification, Stat, Versioned
+from magnetar.meta.errors import BadVersionError, MetadataError, NodeExistsError, NotFoundError
+
+__all__ = [
+    "BadVersionError",
+    "MetadataError",
+    "MetadataStore",
+    "NodeExistsError",
+    "NotFoundError",
+    "Notification",
+    "Stat",
+    "Versioned",
+    "open_metadata_store",
+]
+
+
+def open_metadata_store(url: str) -> MetadataStore:
+    """``sqlite:///path/to/file.db`` or ``memory:`` (tests)."""
+    from magnetar.meta.factory import open_store
+
+    return open_store(url)

@@ -1,0 +1,28 @@
+"""Errors of the metadata store."""
+
+from magnetar.core.errors import MagnetarError
+
+
+class MetadataError(MagnetarError):
+    """The metadata store failed or refused an operation."""
+
+    code = "meta.error"
+
+
+class NotFoundError(MetadataError):
+    """No node at that path (a get, delete or versioned put on a missing node)."""
+
+    code = "meta.not_found"
+
+
+class NodeExistsError(MetadataError):
+    """A create (expected version -1) found the node already there."""
+
+    code = "meta.exists"
+
+
+class BadVersionError(MetadataError):
+    """The node's version is not the expected one: someone else wrote first. Re-read and retry."""
+
+    code = "meta.bad_version"
+    retriable = True

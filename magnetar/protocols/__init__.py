@@ -1,0 +1,1 @@
+"""Tier 6: wire codecs (pure) and their asyncio servers."""

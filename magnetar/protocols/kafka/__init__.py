@@ -1,0 +1,1 @@
+"""The Kafka protocol handler (Kafka-on-Pulsar). Not built yet."""

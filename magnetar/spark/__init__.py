@@ -1,0 +1,1 @@
+"""Tier 7: the PySpark data source. Not built yet."""

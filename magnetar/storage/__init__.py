@@ -1,0 +1,32 @@
+"""Tier 2: the storage node's engine (BookKeeper's role, seed 004).
+
+Journal with group commit and CRC32C, segment files with sparse offset and time indexes,
+tail cache, recovery. It knows partitions by name and nothing of topics, protocols or
+brokers. It sits above ``magnetar.meta``, which holds its segment lists and checkpoints.
+"""
+
+from magnetar.storage.engine import EngineStats, StorageEngine
+from magnetar.storage.errors import (
+    CorruptionError,
+    DiskFullError,
+    OffsetOutOfRangeError,
+    PartitionNotFoundError,
+    StorageError,
+    WriteFailedError,
+)
+from magnetar.storage.records import Entry
+from magnetar.storage.segment import SegmentInfo, SegmentState
+
+__all__ = [
+    "CorruptionError",
+    "DiskFullError",
+    "EngineStats",
+    "Entry",
+    "OffsetOutOfRangeError",
+    "PartitionNotFoundError",
+    "SegmentInfo",
+    "SegmentState",
+    "StorageEngine",
+    "StorageError",
+    "WriteFailedError",
+]

@@ -1,0 +1,413 @@
+"""The storage engine: BookKeeper's role in Magnetar (seed 004).
+
+Write path: :meth:`StorageEngine.append` queues an entry; the flusher task takes every
+queued entry at once, numbers them (continuous offsets per partition), writes them to the
+journal, fsyncs once for all of them (group commit), copies them into their partitions'
+open segment files, and only then acknowledges. Segment files are fsynced at checkpoints,
+which also retire journal files.
+
+Read path: recent entries come from each partition's tail cache; older ones from segment
+files through the sparse indexes, on reader threads that never wait for the writer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import os
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from magnetar.core.clock import SYSTEM_CLOCK, Clock
+from magnetar.core.config import Settings, check_writable
+from magnetar.core.errors import ClosedError
+from magnetar.meta import MetadataStore
+from magnetar.storage import catalog
+from magnetar.storage.errors import PartitionNotFoundError, StorageError
+from magnetar.storage.fileio import as_storage_error, fsync_dir, writev_all
+from magnetar.storage.journal import Journal, remove_before
+from magnetar.storage.partition import PartitionLog
+from magnetar.storage.records import Entry, encode_header, journal_prefix
+from magnetar.storage.recovery import recover
+from magnetar.storage.segment import Segment, SegmentInfo, SegmentState
+
+
+@dataclass(slots=True)
+class EngineStats:
+    flushes: int = 0  # group commits: one journal write (+ fsync under fsync=always) each
+    fsyncs: int = 0
+    entries: int = 0
+    bytes: int = 0
+    rolls: int = 0
+    checkpoints: int = 0
+    journal_files_removed: int = 0
+
+
+@dataclass(slots=True)
+class _Pending:
+    partition: PartitionLog
+    payload: bytes
+    count: int
+    publish_time: int
+    event_time: int
+    fmt: int
+    future: asyncio.Future[Entry]
+
+
+@dataclass(slots=True)
+class _Batch:
+    """One group commit being prepared: every buffer to write, and what to do after."""
+
+    journal: list[bytes] = field(default_factory=list)
+    segments: dict[Segment, list[bytes]] = field(default_factory=dict)
+    sizes: dict[Segment, int] = field(default_factory=dict)
+    done: list[tuple[_Pending, Segment, Entry, int]] = field(default_factory=list)
+
+
+class StorageEngine:
+    """Partitions of entries, durable on acknowledgement. Create with :meth:`open`."""
+
+    def __init__(self, settings: Settings, meta: MetadataStore, clock: Clock) -> None:
+        self.settings = settings
+        self.meta = meta
+        self.clock = clock
+        self.journal_dir = settings.journal_path
+        self.ledger_dir = settings.ledger_path
+        self.stats = EngineStats()
+        self._partitions: dict[str, PartitionLog] = {}
+        self._journal: Journal | None = None
+        self._pending: list[_Pending] = []
+        self._wakeup = asyncio.Event()
+        self._io_lock = asyncio.Lock()
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="magnetar-journal")
+        self._readers = ThreadPoolExecutor(2, thread_name_prefix="magnetar-read")
+        self._tasks: list[asyncio.Task[None]] = []
+        self._closed = False
+        self._dirty: set[PartitionLog] = set()
+
+    @classmethod
+    async def open(
+        cls, settings: Settings, meta: MetadataStore, *, clock: Clock = SYSTEM_CLOCK
+    ) -> StorageEngine:
+        """Open (and recover) the engine. Everything acknowledged before a crash is readable
+        when this returns; a torn, unacknowledged tail is cut; damage inside acknowledged
+        data raises :class:`CorruptionError` naming the file and position."""
+        check_writable("journal_dir", settings.journal_path)
+        check_writable("ledger_dir", settings.ledger_path)
+        engine = cls(settings, meta, clock)
+        try:
+            state = await recover(settings, meta, clock)
+        except BaseException:
+            engine._shutdown_threads()
+            raise
+        engine._partitions = {p.name: p for p in state.partitions}
+        engine._journal = state.journal
+        engine._start_tasks()
+        return engine
+
+    def _start_tasks(self) -> None:
+        self._tasks.append(asyncio.create_task(self._flush_loop(), name="magnetar-flusher"))
+        policy = self.settings.fsync
+        if policy.mode == "interval":
+            self._tasks.append(asyncio.create_task(self._sync_loop(policy.interval_ms / 1000)))
+        if self.settings.segment_max_age > 0:
+            self._tasks.append(asyncio.create_task(self._age_loop()))
+
+    # -- partitions ---------------------------------------------------------------------
+
+    async def create_partition(self, name: str) -> None:
+        """Create an empty partition (idempotent). Durable when this returns."""
+        self._check_open()
+        if name in self._partitions:
+            return
+        async with self._io_lock:
+            if name in self._partitions:
+                return
+            part = await catalog.create_partition(self.meta, self.settings, name)
+            await catalog.new_segment(self.meta, self.settings, part, self.clock)
+            self._partitions[name] = part
+
+    def has_partition(self, name: str) -> bool:
+        return name in self._partitions
+
+    def partitions(self) -> list[str]:
+        return sorted(self._partitions)
+
+    def _part(self, name: str) -> PartitionLog:
+        self._check_open()
+        try:
+            return self._partitions[name]
+        except KeyError:
+            raise PartitionNotFoundError(f"partition {name!r} does not exist") from None
+
+    def end_offset(self, name: str) -> int:
+        """The offset after the last acknowledged entry (the next one to be written)."""
+        return self._part(name).end_offset
+
+    def start_offset(self, name: str) -> int:
+        """The first offset still stored."""
+        return self._part(name).start_offset
+
+    def segments(self, name: str) -> list[SegmentInfo]:
+        """Copies of the partition's segment records, oldest first."""
+        return [dataclasses.replace(s.info) for s in self._part(name).segments]
+
+    # -- writes -------------------------------------------------------------------------
+
+    async def append(
+        self,
+        name: str,
+        payload: bytes,
+        *,
+        count: int = 1,
+        publish_time: int | None = None,
+        event_time: int = -1,
+        fmt: int = 0,
+    ) -> Entry:
+        """Append one entry of ``count`` messages; returns it with its base offset.
+
+        When this returns the entry is durable under the fsync policy (``always``: on disk)
+        and readable. If it raises (DiskFullError, WriteFailedError), nothing of the entry
+        is acknowledged and no later offset depends on it: retrying is safe.
+        """
+        part = self._part(name)
+        if count < 1:
+            raise StorageError(f"count must be >= 1, got {count}")
+        fut: asyncio.Future[Entry] = asyncio.get_running_loop().create_future()
+        ts = self.clock.now_ms() if publish_time is None else publish_time
+        self._pending.append(_Pending(part, payload, count, ts, event_time, fmt, fut))
+        self._wakeup.set()
+        return await fut
+
+    async def _flush_loop(self) -> None:
+        while True:
+            if not self._pending:
+                if self._closed:
+                    return
+                await self._wakeup.wait()
+                self._wakeup.clear()
+                continue
+            batch, self._pending = self._pending, []
+            async with self._io_lock:
+                await self._flush(batch)
+                await self._maintain({p.partition for p in batch})
+
+    def _prepare(self, batch: list[_Pending]) -> _Batch:
+        plan = _Batch()
+        for p in batch:
+            part = p.partition
+            base = part.next_offset
+            part.next_offset += p.count
+            header = encode_header(base, p.count, p.publish_time, p.event_time, p.fmt, p.payload)
+            plan.journal += (journal_prefix(part.partition_id, header), header, p.payload)
+            seg = part.open_segment
+            pos = plan.sizes.get(seg, seg.info.size)
+            plan.sizes[seg] = pos + len(header) + len(p.payload)
+            plan.segments.setdefault(seg, []).extend((header, p.payload))
+            sid = seg.info.segment_id
+            entry = Entry(base, p.count, p.publish_time, p.event_time, p.fmt, p.payload, sid)
+            plan.done.append((p, seg, entry, pos))
+        return plan
+
+    async def _flush(self, batch: list[_Pending]) -> None:
+        starts: dict[PartitionLog, int] = {}
+        for p in batch:
+            starts.setdefault(p.partition, p.partition.next_offset)
+        plan = self._prepare(batch)
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(self._writer, self._write, plan)
+        except OSError as e:
+            for part, start in starts.items():
+                part.next_offset = start  # nothing of the batch exists: reuse its offsets
+            error = as_storage_error(e, "append failed")
+            for p in batch:
+                if not p.future.done():
+                    p.future.set_exception(error)
+            return
+        for p, seg, entry, pos in plan.done:
+            seg.on_appended(entry, pos)
+            p.partition.cache.add(entry)
+            p.partition.end_offset = entry.next_offset
+            if not p.future.done():
+                p.future.set_result(entry)
+        self.stats.flushes += 1
+        self.stats.entries += len(batch)
+        self._dirty.update(starts)
+
+    def _write(self, plan: _Batch) -> None:
+        """On the writer thread: journal, fsync, then segment files; all or nothing."""
+        journal = self._journal
+        assert journal is not None
+        start = journal.write(plan.journal)
+        written: list[tuple[Segment, int]] = []
+        try:
+            if self.settings.fsync.mode == "always":
+                journal.sync()
+                self.stats.fsyncs += 1
+            for seg, buffers in plan.segments.items():
+                written.append((seg, seg.info.size))
+                writev_all(seg.write_fd, buffers)
+        except OSError:
+            for seg, size in written:
+                os.ftruncate(seg.write_fd, size)
+            journal.truncate(start)
+            raise
+        self.stats.bytes += journal.size - start
+
+    async def _sync_loop(self, interval: float) -> None:
+        loop = asyncio.get_running_loop()
+        while not self._closed:
+            await asyncio.sleep(interval)
+            if self._journal is not None:
+                await loop.run_in_executor(self._writer, self._journal.sync)
+                self.stats.fsyncs += 1
+
+    # -- segment rollover and checkpoints -----------------------------------------------
+
+    def _should_roll(self, part: PartitionLog) -> bool:
+        s, info = self.settings, part.open_segment.info
+        if info.is_empty:
+            return False
+        if info.size >= s.segment_max_bytes:
+            return True
+        if s.segment_max_entries and info.entries >= s.segment_max_entries:
+            return True
+        age = (self.clock.now_ms() - info.created_ms) / 1000
+        return bool(s.segment_max_age) and age >= s.segment_max_age
+
+    async def _maintain(self, touched: Iterable[PartitionLog]) -> None:
+        for part in touched:
+            if self._should_roll(part):
+                await self._roll(part)
+        assert self._journal is not None
+        if self._journal.size >= self.settings.journal_max_bytes:
+            await self._checkpoint(rotate=True)
+
+    async def _roll(self, part: PartitionLog) -> None:
+        seg = part.open_segment
+        await asyncio.get_running_loop().run_in_executor(self._writer, seg.seal)
+        seg.info.state = SegmentState.CLOSED
+        seg.info.closed_ms = self.clock.now_ms()
+        await catalog.save_segment(self.meta, seg)
+        await catalog.new_segment(self.meta, self.settings, part, self.clock)
+        self._dirty.discard(part)
+        self.stats.rolls += 1
+
+    async def roll(self, name: str) -> bool:
+        """Close the open segment now (if it holds anything); False if it was empty."""
+        part = self._part(name)
+        async with self._io_lock:
+            if part.open_segment.info.is_empty:
+                return False
+            await self._roll(part)
+            return True
+
+    async def _age_loop(self) -> None:
+        tick = min(1.0, self.settings.segment_max_age / 4)
+        while not self._closed:
+            await asyncio.sleep(tick)
+            due = [p for p in self._partitions.values() if self._should_roll(p)]
+            if due:
+                async with self._io_lock:
+                    for part in due:
+                        if self._should_roll(part):
+                            await self._roll(part)
+
+    async def checkpoint(self) -> None:
+        """Make every acknowledged entry safe in segment files and retire old journal files."""
+        self._check_open()
+        async with self._io_lock:
+            await self._checkpoint(rotate=True)
+
+    async def _checkpoint(self, *, rotate: bool) -> None:
+        dirty, self._dirty = self._dirty, set()
+
+        def sync_all() -> dict[int, int]:
+            assert self._journal is not None
+            if rotate:
+                self._journal = self._journal.rotate()
+            synced = {}
+            for part in dirty:
+                seg = part.open_segment
+                if seg.write_fd >= 0:
+                    os.fsync(seg.write_fd)
+            for part in self._partitions.values():
+                synced[part.open_segment.info.segment_id] = part.open_segment.info.size
+            fsync_dir(self.ledger_dir)
+            return synced
+
+        loop = asyncio.get_running_loop()
+        synced = await loop.run_in_executor(self._writer, sync_all)
+        assert self._journal is not None
+        await catalog.save_checkpoint(self.meta, self._journal.number, self._journal.size, synced)
+        removed = await loop.run_in_executor(
+            self._writer, remove_before, self.journal_dir, self._journal.number
+        )
+        self.stats.journal_files_removed += removed
+        self.stats.checkpoints += 1
+
+    # -- reads --------------------------------------------------------------------------
+
+    async def read(
+        self, name: str, offset: int, *, max_entries: int = 1000, max_bytes: int = 4 << 20
+    ) -> list[Entry]:
+        """Entries from the one holding ``offset`` on; [] when ``offset`` is at the end.
+
+        Tail reads are served from memory; older entries from segment files on a reader
+        thread. Raises OffsetOutOfRangeError before the first stored offset, and
+        CorruptionError (file and position) when stored bytes fail their checksum.
+        """
+        part = self._part(name)
+        cached = part.cache.read(offset, max_entries, max_bytes)
+        if cached is not None:
+            return cached
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._readers, part.read, offset, max_entries, max_bytes)
+
+    async def find_offset(self, name: str, ts: int) -> int:
+        """The first offset whose publish time is >= ``ts`` (the end offset if none)."""
+        part = self._part(name)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._readers, part.find_offset, ts)
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedError("the storage engine is closed")
+
+    async def aclose(self) -> None:
+        """Flush what is queued, checkpoint, and release files. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._wakeup.set()
+        for task in self._tasks[1:]:
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.gather(*self._tasks)
+        try:
+            async with self._io_lock:
+                await self._checkpoint(rotate=False)
+        finally:
+            assert self._journal is not None
+            self._journal.close()
+            for part in self._partitions.values():
+                part.close()
+            self._shutdown_threads()
+
+    def _shutdown_threads(self) -> None:
+        self._writer.shutdown(wait=True)
+        self._readers.shutdown(wait=True)
+
+    async def __aenter__(self) -> StorageEngine:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+__all__ = ["EngineStats", "StorageEngine"]

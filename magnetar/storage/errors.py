@@ -1,0 +1,54 @@
+"""Errors of the storage engine."""
+
+from __future__ import annotations
+
+from magnetar.core.errors import MagnetarError
+
+
+class StorageError(MagnetarError):
+    """The storage engine failed an operation."""
+
+    code = "storage.error"
+
+
+class CorruptionError(StorageError):
+    """Stored bytes fail their checksum or structure inside the acknowledged range.
+
+    Raised, never skipped: the file and byte position tell an operator where to look.
+    """
+
+    code = "storage.corrupt"
+
+    def __init__(self, path: str, position: int, problem: str) -> None:
+        super().__init__(
+            f"corrupt data in {path} at byte {position}: {problem}. "
+            "Acknowledged data is damaged; restore this file from a replica or backup."
+        )
+        self.path = path
+        self.position = position
+
+
+class DiskFullError(StorageError):
+    """The disk is full: nothing of the failed append was acknowledged. Free space and retry."""
+
+    code = "storage.disk_full"
+    retriable = True
+
+
+class WriteFailedError(StorageError):
+    """The write or fsync failed with an I/O error; nothing of the append was acknowledged."""
+
+    code = "storage.write_failed"
+    retriable = True
+
+
+class PartitionNotFoundError(StorageError):
+    """No partition of that name exists in this storage engine; create it first."""
+
+    code = "storage.partition_not_found"
+
+
+class OffsetOutOfRangeError(StorageError):
+    """The offset lies before the first retained offset or after the end of the partition."""
+
+    code = "storage.offset_out_of_range"

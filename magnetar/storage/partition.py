@@ -1,0 +1,91 @@
+"""One partition's runtime state inside the storage engine: segments, tail cache, offsets."""
+
+from __future__ import annotations
+
+import bisect
+from pathlib import Path
+
+from magnetar.storage.errors import OffsetOutOfRangeError
+from magnetar.storage.records import Entry
+from magnetar.storage.segment import Segment, SegmentState
+from magnetar.storage.tail_cache import TailCache
+
+
+class PartitionLog:
+    """The ordered segments of one partition; the last one is OPEN.
+
+    ``next_offset`` is the offset the next append will get; ``end_offset`` the offset after
+    the last *durable* entry (what readers may see). They differ only while a flush runs.
+    """
+
+    def __init__(self, name: str, partition_id: int, directory: Path, cache_bytes: int) -> None:
+        self.name = name
+        self.partition_id = partition_id
+        self.directory = directory
+        self.segments: list[Segment] = []
+        self.cache = TailCache(cache_bytes)
+        self.next_offset = 0
+        self.end_offset = 0
+
+    @property
+    def open_segment(self) -> Segment:
+        return self.segments[-1]
+
+    @property
+    def start_offset(self) -> int:
+        """First offset still stored (after retention), or ``end_offset`` when empty."""
+        for segment in self.segments:
+            if segment.info.state is not SegmentState.DELETED:
+                return segment.info.first_offset
+        return self.end_offset
+
+    def segment_for(self, offset: int) -> Segment:
+        """The segment holding ``offset`` (which must be in [start_offset, end_offset))."""
+        firsts = [s.info.first_offset for s in self.segments]
+        i = bisect.bisect_right(firsts, offset) - 1
+        # Empty segments share a first offset with their successor: skip forward past them.
+        while i < len(self.segments) - 1 and self.segments[i].info.end_offset <= offset:
+            i += 1
+        return self.segments[max(i, 0)]
+
+    def read(self, offset: int, max_entries: int, max_bytes: int) -> list[Entry]:
+        """Entries from the one holding ``offset``; [] at the end. Runs on a reader thread."""
+        if offset >= self.end_offset:
+            return []
+        if offset < self.start_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} of {self.name} is before the first stored offset "
+                f"{self.start_offset}; read from there instead"
+            )
+        cached = self.cache.read(offset, max_entries, max_bytes)
+        if cached is not None:
+            return cached
+        out: list[Entry] = []
+        while offset < self.end_offset and len(out) < max_entries and max_bytes > 0:
+            segment = self.segment_for(offset)
+            got = segment.read(offset, max_entries - len(out), max_bytes, segment.info.size)
+            if not got:
+                break
+            out.extend(got)
+            max_bytes -= sum(e.stored_size for e in got)
+            offset = got[-1].next_offset
+        return out
+
+    def find_offset(self, ts: int) -> int:
+        """First offset whose publish time is >= ``ts``; ``end_offset`` if there is none."""
+        live = [s for s in self.segments if s.info.state is not SegmentState.DELETED]
+        # The running maximum of publish times over segments never decreases: bisect on it.
+        running, maxima = -(1 << 63), []
+        for s in live:
+            running = max(running, s.info.max_publish_time)
+            maxima.append(running)
+        i = bisect.bisect_left(maxima, ts)
+        for segment in live[i:]:
+            found = segment.find_time(ts, segment.info.size)
+            if found is not None:
+                return max(found, self.start_offset)
+        return self.end_offset
+
+    def close(self) -> None:
+        for segment in self.segments:
+            segment.close()

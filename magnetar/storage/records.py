@@ -1,0 +1,116 @@
+"""Byte layout of entries and journal records. Pure code: bytes in, values out.
+
+An *entry* is one producer batch as received (DESIGN.md decision 2)::
+
+    [u32 length][u32 crc32c][u8 version][u8 format][u16 flags]
+    [i64 base_offset][i32 count][i64 publish_time][i64 event_time][payload]
+
+``length`` counts every byte after itself; the CRC32C covers every byte after itself. A
+segment file is a plain sequence of entries. A *journal record* prefixes an entry with the
+partition it belongs to and a CRC32C over that id and the entry's header::
+
+    [u32 partition_id][u32 crc32c(partition_id + entry header)][entry]
+
+The header CRC protects the id and the entry's own CRC, which protects the payload, so
+each payload is checksummed exactly once on the write path.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+import crc32c
+
+VERSION = 1
+ENTRY_HEADER = struct.Struct(">IIBBHqiqq")
+ENTRY_HEADER_SIZE = ENTRY_HEADER.size  # 40
+_AFTER_CRC = struct.Struct(">BBHqiqq")
+JOURNAL_PREFIX = struct.Struct(">II")
+JOURNAL_PREFIX_SIZE = JOURNAL_PREFIX.size  # 8
+_PID = struct.Struct(">I")
+MAX_ENTRY_SIZE = 1 << 30
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One stored entry: ``count`` messages numbered ``base_offset`` .. ``base_offset+count-1``."""
+
+    base_offset: int
+    count: int
+    publish_time: int
+    event_time: int
+    format: int
+    payload: bytes
+    segment_id: int = -1
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.count
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.count - 1
+
+    @property
+    def stored_size(self) -> int:
+        return ENTRY_HEADER_SIZE + len(self.payload)
+
+
+class RecordError(ValueError):
+    """Bytes at a position do not form a valid record; ``torn`` if they simply end early."""
+
+    def __init__(self, problem: str, *, torn: bool) -> None:
+        super().__init__(problem)
+        self.torn = torn
+
+
+def encode_header(
+    base_offset: int, count: int, publish_time: int, event_time: int, fmt: int, payload: bytes
+) -> bytes:
+    """The 40-byte entry header for ``payload`` (write the payload right after it)."""
+    rest = _AFTER_CRC.pack(VERSION, fmt, 0, base_offset, count, publish_time, event_time)
+    crc = crc32c.crc32c(payload, crc32c.crc32c(rest))
+    return struct.pack(">II", ENTRY_HEADER_SIZE - 4 + len(payload), crc) + rest
+
+
+def journal_prefix(partition_id: int, header: bytes) -> bytes:
+    pid = _PID.pack(partition_id)
+    return JOURNAL_PREFIX.pack(partition_id, crc32c.crc32c(header, crc32c.crc32c(pid)))
+
+
+def decode_entry(
+    buf: bytes | memoryview, pos: int, *, segment_id: int = -1, verify: bool = True
+) -> tuple[Entry, int]:
+    """Decode the entry at ``buf[pos:]``; returns it and the position after it.
+
+    Raises RecordError (``torn=True`` when the buffer ends inside the entry).
+    """
+    end_of_buf = len(buf)
+    if pos + ENTRY_HEADER_SIZE > end_of_buf:
+        raise RecordError("entry header cut short", torn=True)
+    length, crc, version, fmt, _flags, base, count, pt, et = ENTRY_HEADER.unpack_from(buf, pos)
+    if version != VERSION or length < ENTRY_HEADER_SIZE - 4 or length > MAX_ENTRY_SIZE:
+        raise RecordError(f"bad entry header (version {version}, length {length})", torn=False)
+    end = pos + 4 + length
+    if end > end_of_buf:
+        raise RecordError("entry cut short", torn=True)
+    if verify and crc32c.crc32c(buf[pos + 8 : end]) != crc:
+        raise RecordError("entry checksum mismatch", torn=False)
+    if count <= 0 or base < 0:
+        raise RecordError(f"bad entry fields (offset {base}, count {count})", torn=False)
+    payload = bytes(buf[pos + ENTRY_HEADER_SIZE : end])
+    return Entry(base, count, pt, et, fmt, payload, segment_id), end
+
+
+def decode_journal_record(buf: bytes | memoryview, pos: int) -> tuple[int, Entry, int]:
+    """Decode a journal record: (partition id, entry, position after it). Raises RecordError."""
+    if pos + JOURNAL_PREFIX_SIZE + ENTRY_HEADER_SIZE > len(buf):
+        raise RecordError("journal record cut short", torn=True)
+    pid, hcrc = JOURNAL_PREFIX.unpack_from(buf, pos)
+    header = buf[pos + JOURNAL_PREFIX_SIZE : pos + JOURNAL_PREFIX_SIZE + ENTRY_HEADER_SIZE]
+    if crc32c.crc32c(header, crc32c.crc32c(_PID.pack(pid))) != hcrc:
+        # A zero-filled or half-written tail looks like this too; the caller decides.
+        raise RecordError("journal record header checksum mismatch", torn=False)
+    entry, end = decode_entry(buf, pos + JOURNAL_PREFIX_SIZE)
+    return pid, entry, end

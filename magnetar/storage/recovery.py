@@ -1,0 +1,123 @@
+"""Start-up recovery: bring segment files back in line with the journal.
+
+1. Each partition's OPEN segment is scanned and cut after its last valid entry. If the
+   cut falls below the size the last checkpoint fsynced, acknowledged data is damaged:
+   :class:`CorruptionError`, naming the file and position.
+2. The journal is replayed from the checkpoint: records already in a segment are skipped,
+   the rest are appended. A record that would leave a gap in a partition's offsets means
+   lost acknowledged data: CorruptionError again. A torn tail of the last journal file is
+   an unacknowledged write and is cut (see :func:`journal.replay`).
+3. Open segments are fsynced, a new journal file is started, a checkpoint is written and
+   the replayed journal files are deleted.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from magnetar.core.clock import Clock
+from magnetar.core.config import Settings
+from magnetar.meta import MetadataStore
+from magnetar.storage import catalog
+from magnetar.storage.errors import CorruptionError
+from magnetar.storage.fileio import writev_all
+from magnetar.storage.journal import (
+    Journal,
+    JournalRecord,
+    journal_file,
+    list_journal_files,
+    remove_before,
+)
+from magnetar.storage.journal import replay as replay_journal
+from magnetar.storage.partition import PartitionLog
+from magnetar.storage.records import encode_header
+from magnetar.storage.segment import SegmentState, scan_valid_prefix
+
+
+@dataclass(slots=True)
+class Recovered:
+    partitions: list[PartitionLog]
+    journal: Journal
+    replayed: int
+
+
+async def recover(settings: Settings, meta: MetadataStore, clock: Clock) -> Recovered:
+    checkpoint = await catalog.load_checkpoint(meta)
+    existing = list_journal_files(settings.journal_path)
+    if checkpoint is None:
+        checkpoint = catalog.Checkpoint(existing[0] if existing else 1, 0, {})
+    parts = await catalog.load_partitions(meta, settings)
+    for part in parts:
+        await _open_last_segment(meta, settings, part, checkpoint, clock)
+    by_id = {p.partition_id: p for p in parts}
+    replayed = 0
+    for record in replay_journal(settings.journal_path, checkpoint.journal, checkpoint.position):
+        owner = by_id.get(record.partition_id)  # None: the partition was deleted since
+        if owner is not None and _apply(owner, record, settings):
+            replayed += 1
+    synced = {}
+    for part in parts:
+        seg = part.open_segment
+        os.fsync(seg.write_fd)
+        synced[seg.info.segment_id] = seg.info.size
+    number = max([checkpoint.journal, *existing]) + 1
+    journal = Journal(settings.journal_path, number)
+    await catalog.save_checkpoint(meta, number, 0, synced)
+    remove_before(settings.journal_path, number)
+    return Recovered(parts, journal, replayed)
+
+
+async def _open_last_segment(
+    meta: MetadataStore,
+    settings: Settings,
+    part: PartitionLog,
+    checkpoint: catalog.Checkpoint,
+    clock: Clock,
+) -> None:
+    last = part.segments[-1] if part.segments else None
+    if last is None or last.info.state is not SegmentState.OPEN:
+        # Crashed between closing a segment and opening the next (or never opened one).
+        part.next_offset = part.end_offset = last.info.end_offset if last else 0
+        await catalog.new_segment(meta, settings, part, clock)
+        return
+    entries, valid, reason = scan_valid_prefix(last.path)
+    synced = checkpoint.synced.get(last.info.segment_id, 0)
+    if valid < synced:
+        raise CorruptionError(str(last.path), valid, reason or "file shorter than checkpointed")
+    with open(last.path, "ab") as f:
+        f.truncate(valid)
+    info = last.info
+    info.entries, info.size, info.end_offset = 0, 0, info.first_offset
+    last.open_for_append()
+    for pos, entry in entries:
+        last.on_appended(entry, pos)
+    part.next_offset = part.end_offset = info.end_offset
+
+
+def _apply(part: PartitionLog, record: JournalRecord, settings: Settings) -> bool:
+    """Append ``record`` to its partition unless a segment already holds it."""
+    entry = record.entry
+    if entry.next_offset <= part.next_offset:
+        return False
+    if entry.base_offset != part.next_offset:
+        raise CorruptionError(
+            str(journal_file(settings.journal_path, record.number)),
+            record.position,
+            f"journal record for {part.name} starts at offset {entry.base_offset} but the "
+            f"partition ends at {part.next_offset}: acknowledged entries are missing",
+        )
+    seg = part.open_segment
+    header = encode_header(
+        entry.base_offset,
+        entry.count,
+        entry.publish_time,
+        entry.event_time,
+        entry.format,
+        entry.payload,
+    )
+    pos = seg.info.size
+    writev_all(seg.write_fd, [header, entry.payload])
+    seg.on_appended(entry, pos)
+    part.next_offset = part.end_offset = entry.next_offset
+    return True

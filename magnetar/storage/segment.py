@@ -1,0 +1,231 @@
+"""Segment files: one partition's entries, in offset order, in one append-only file.
+
+A partition has exactly one OPEN segment, written by the engine's flusher; every other
+segment is CLOSED and never changes again (DESIGN.md decision 4). A segment's metadata
+(:class:`SegmentInfo`) lives in the metadata store; its data in ``<id>.log`` with the two
+sparse indexes in ``<id>.index`` and ``<id>.timeindex`` written when it closes.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import os
+import struct
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from magnetar.storage.errors import CorruptionError
+from magnetar.storage.fileio import write_file_durably
+from magnetar.storage.index import NO_TIME, IndexBuilder, OffsetIndex, TimeIndex
+from magnetar.storage.records import (
+    ENTRY_HEADER_SIZE,
+    MAX_ENTRY_SIZE,
+    Entry,
+    RecordError,
+    decode_entry,
+)
+
+_LENGTH = struct.Struct(">I")
+READ_CHUNK = 1 << 20
+
+
+class SegmentState(enum.StrEnum):
+    OPEN = "OPEN"  # takes appends; the last segment of its partition
+    CLOSED = "CLOSED"  # immutable and fsynced, indexes on disk
+    OFFLOADING = "OFFLOADING"  # closed; a copy is being written to the object store
+    OFFLOADED = "OFFLOADED"  # closed; a verified copy lives in the object store
+    DELETED = "DELETED"  # removed by retention; kept in metadata only until trimmed
+
+
+@dataclass(slots=True)
+class SegmentInfo:
+    """A segment's metadata record. ``end_offset`` is exclusive: the next offset after it."""
+
+    segment_id: int
+    partition_id: int
+    state: SegmentState
+    first_offset: int
+    end_offset: int
+    entries: int = 0
+    size: int = 0
+    first_publish_time: int = NO_TIME
+    max_publish_time: int = NO_TIME
+    created_ms: int = 0
+    closed_ms: int = 0
+
+    @property
+    def last_offset(self) -> int:
+        return self.end_offset - 1
+
+    @property
+    def is_empty(self) -> bool:
+        return self.end_offset == self.first_offset
+
+    def to_bytes(self) -> bytes:
+        return json.dumps(asdict(self), sort_keys=True).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> SegmentInfo:
+        raw = json.loads(data)
+        raw["state"] = SegmentState(raw["state"])
+        return cls(**raw)
+
+
+def segment_file(directory: Path, segment_id: int, suffix: str = ".log") -> Path:
+    return directory / f"{segment_id:020d}{suffix}"
+
+
+class Segment:
+    """Runtime view of one segment: its file, its indexes and its metadata record."""
+
+    def __init__(self, info: SegmentInfo, directory: Path, index_interval: int) -> None:
+        self.info = info
+        self.path = segment_file(directory, info.segment_id)
+        self.index_interval = index_interval
+        self._builder: IndexBuilder | None = None
+        self._offsets: OffsetIndex | None = None
+        self._times: TimeIndex | None = None
+        self.write_fd = -1
+        self._read_fd = -1
+        self.version = -1  # metadata version of ``info``
+
+    # -- the open segment ---------------------------------------------------------------
+
+    def open_for_append(self) -> None:
+        """Open the file for appends (creating it) with an empty in-memory index."""
+        self.write_fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self._builder = IndexBuilder(self.index_interval)
+
+    def on_appended(self, entry: Entry, position: int) -> None:
+        """Account for ``entry`` written at ``position`` (called after it is in the file)."""
+        info = self.info
+        assert self._builder is not None
+        self._builder.on_entry(entry.base_offset, entry.publish_time, position)
+        if info.entries == 0:
+            info.first_publish_time = entry.publish_time
+        info.entries += 1
+        info.size = position + entry.stored_size
+        info.end_offset = entry.next_offset
+        info.max_publish_time = max(info.max_publish_time, entry.publish_time)
+
+    def seal(self) -> None:
+        """Write both indexes durably and fsync the data; the segment may then be CLOSED."""
+        assert self._builder is not None
+        if self.write_fd >= 0:
+            os.fsync(self.write_fd)
+            os.close(self.write_fd)
+            self.write_fd = -1
+        parent = self.path.parent
+        write_file_durably(
+            segment_file(parent, self.info.segment_id, ".index"),
+            self._builder.offsets.to_bytes(),
+        )
+        write_file_durably(
+            segment_file(parent, self.info.segment_id, ".timeindex"),
+            self._builder.times.to_bytes(),
+        )
+        self._offsets, self._times = self._builder.offsets, self._builder.times
+        self._builder = None
+
+    # -- reads --------------------------------------------------------------------------
+
+    def _indexes(self) -> tuple[OffsetIndex, TimeIndex]:
+        if self._builder is not None:
+            return self._builder.offsets, self._builder.times
+        if self._offsets is None or self._times is None:
+            self._load_indexes()
+        assert self._offsets is not None and self._times is not None
+        return self._offsets, self._times
+
+    def _load_indexes(self) -> None:
+        parent, sid = self.path.parent, self.info.segment_id
+        try:
+            self._offsets = OffsetIndex.from_bytes(segment_file(parent, sid, ".index").read_bytes())
+            self._times = TimeIndex.from_bytes(segment_file(parent, sid, ".timeindex").read_bytes())
+        except FileNotFoundError:
+            builder = IndexBuilder(self.index_interval)
+            for pos, entry in self.iter_entries(0, self.info.size):
+                builder.on_entry(entry.base_offset, entry.publish_time, pos)
+            self._offsets, self._times = builder.offsets, builder.times
+
+    def _fd(self) -> int:
+        if self._read_fd < 0:
+            try:
+                self._read_fd = os.open(self.path, os.O_RDONLY)
+            except FileNotFoundError:
+                raise CorruptionError(str(self.path), 0, "segment file is missing") from None
+        return self._read_fd
+
+    def iter_entries(self, pos: int, end: int) -> Iterator[tuple[int, Entry]]:
+        """Entries from byte ``pos`` up to byte ``end``, verified; CorruptionError on damage."""
+        fd, buf, buf_start = self._fd(), b"", pos
+        while pos < end:
+            rel = pos - buf_start
+            if rel + ENTRY_HEADER_SIZE > len(buf):
+                buf, buf_start, rel = os.pread(fd, READ_CHUNK, pos), pos, 0
+            if len(buf) - rel < 4:
+                raise CorruptionError(str(self.path), pos, "file ends inside the written range")
+            need = 4 + _LENGTH.unpack_from(buf, rel)[0]
+            if need > MAX_ENTRY_SIZE or pos + need > end:
+                raise CorruptionError(str(self.path), pos, "entry length runs past the data")
+            if rel + need > len(buf):
+                buf, buf_start, rel = os.pread(fd, max(READ_CHUNK, need), pos), pos, 0
+            try:
+                entry, after = decode_entry(buf, rel, segment_id=self.info.segment_id)
+            except RecordError as e:
+                raise CorruptionError(str(self.path), pos, str(e)) from None
+            yield pos, entry
+            pos += after - rel
+
+    def read(self, offset: int, max_entries: int, max_bytes: int, end: int) -> list[Entry]:
+        """Entries holding ``offset`` onwards, up to byte ``end`` of the file.
+
+        Returns at least one entry if any exists, then stops at ``max_entries`` or once
+        ``max_bytes`` of payload have been gathered.
+        """
+        offsets, _ = self._indexes()
+        out: list[Entry] = []
+        total = 0
+        for _, entry in self.iter_entries(offsets.lookup(offset), end):
+            if entry.next_offset <= offset:
+                continue
+            out.append(entry)
+            total += entry.stored_size
+            if len(out) >= max_entries or total >= max_bytes:
+                break
+        return out
+
+    def find_time(self, ts: int, end: int) -> int | None:
+        """Base offset of the first entry with publish time >= ``ts``, or None."""
+        _, times = self._indexes()
+        for _, entry in self.iter_entries(times.lookup(ts), end):
+            if entry.publish_time >= ts:
+                return entry.base_offset
+        return None
+
+    def close(self) -> None:
+        for fd in (self.write_fd, self._read_fd):
+            if fd >= 0:
+                os.close(fd)
+        self.write_fd = self._read_fd = -1
+
+
+def scan_valid_prefix(path: Path) -> tuple[list[tuple[int, Entry]], int, str]:
+    """Recovery scan of an open segment: the valid entries, the valid length, and the
+    reason the scan stopped ("" at a clean end of file)."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return [], 0, ""
+    out: list[tuple[int, Entry]] = []
+    pos = 0
+    while pos < len(data):
+        try:
+            entry, after = decode_entry(data, pos)
+        except RecordError as e:
+            return out, pos, str(e)
+        out.append((pos, entry))
+        pos = after
+    return out, pos, ""

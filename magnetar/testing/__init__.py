@@ -1,0 +1,1 @@
+"""Fakes and helpers worth sharing between tests: free ports, server processes, faults."""

@@ -1,0 +1,1 @@
+"""Tier 8: event-sourced materialized views. Not built yet."""
