@@ -1,0 +1,47 @@
+"""Open a :class:`MetadataStore` from its URL (the ``metadata_url`` setting)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from magnetar.core.errors import ConfigError
+from magnetar.meta.base import MetadataStore
+from magnetar.meta.errors import MetadataError
+from magnetar.meta.memory import MemoryMetadataStore
+from magnetar.meta.sqlite import SqliteMetadataStore
+
+SQLITE_SCHEME = "sqlite:///"
+MEMORY_URL = "memory:"
+_USAGE = (
+    "use sqlite:///relative/path.db, sqlite:////absolute/path.db (SQLAlchemy's convention: "
+    "the path is everything after 'sqlite:///'), or memory: for tests"
+)
+
+
+def open_store(url: str) -> MetadataStore:
+    """Open the store ``url`` names; blocks until it is ready, so call it at startup.
+
+    - ``sqlite:///data/meta.db`` (relative) or ``sqlite:////var/lib/magnetar/meta.db``
+      (absolute): a :class:`SqliteMetadataStore`; missing parent directories are created.
+    - ``memory:``: a :class:`MemoryMetadataStore`, empty and gone with the process.
+
+    Raises ConfigError for any other URL, MetadataError if the file cannot be opened.
+    """
+    if url == MEMORY_URL:
+        return MemoryMetadataStore()
+    if url.startswith(SQLITE_SCHEME):
+        return _open_sqlite(url, Path(url.removeprefix(SQLITE_SCHEME)))
+    raise ConfigError("metadata_url", f"unsupported URL {url!r}; {_USAGE}")
+
+
+def _open_sqlite(url: str, path: Path) -> SqliteMetadataStore:
+    if str(path) in ("", ".", ":memory:") or url.endswith("/"):
+        raise ConfigError("metadata_url", f"{url!r} names no database file; {_USAGE}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise MetadataError(
+            f"cannot create the directory of metadata store {path}: {e}; "
+            "check the path and its permissions"
+        ) from e
+    return SqliteMetadataStore(path)

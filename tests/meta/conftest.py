@@ -1,0 +1,70 @@
+"""Fixtures that run the metadata contract against every backend."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+
+from magnetar.meta.base import MetadataStore
+from magnetar.meta.memory import MemoryMetadataStore
+from magnetar.meta.sqlite import SqliteMetadataStore
+
+BACKENDS = ["memory", "sqlite"]
+
+StoreFactory = Callable[[], MetadataStore]
+
+
+class ManualClock:
+    """Wall-clock time that moves only when the test says so."""
+
+    def __init__(self, now_ms: int = 1_700_000_000_000) -> None:
+        self.now = now_ms
+
+    def now_ms(self) -> int:
+        return self.now
+
+    def monotonic(self) -> float:
+        return self.now / 1000
+
+    def advance(self, ms: int) -> None:
+        self.now += ms
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture(params=BACKENDS)
+async def make_store(
+    request: pytest.FixtureRequest, tmp_path: Path, clock: ManualClock
+) -> AsyncIterator[StoreFactory]:
+    """Opens fresh, empty stores of one backend; closes the ones a test leaves open."""
+    opened: list[MetadataStore] = []
+    numbers = itertools.count()
+
+    def make() -> MetadataStore:
+        store: MetadataStore
+        if request.param == "memory":
+            store = MemoryMetadataStore(clock=clock)
+        else:
+            store = SqliteMetadataStore(tmp_path / f"meta-{next(numbers)}.db", clock=clock)
+        opened.append(store)
+        return store
+
+    yield make
+    for store in opened:
+        await store.aclose()
+
+
+@pytest.fixture
+def store(make_store: StoreFactory) -> MetadataStore:
+    return make_store()
+
+
+@pytest.fixture
+def sqlite_path(tmp_path: Path) -> Path:
+    return tmp_path / "meta.db"
