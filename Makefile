@@ -38,7 +38,8 @@ bench: $(STAMP)
 # Regenerate the Pulsar protocol module from magnetar/protocols/pulsar/pulsar_api.proto.
 proto: $(STAMP)
 	$(BIN)/python -m grpc_tools.protoc -Imagnetar/protocols/pulsar \
-		--python_out=magnetar/protocols/pulsar/_proto magnetar/protocols/pulsar/pulsar_api.proto
+		--python_out=magnetar/protocols/pulsar/_proto \
+		--pyi_out=magnetar/protocols/pulsar/_proto magnetar/protocols/pulsar/pulsar_api.proto
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

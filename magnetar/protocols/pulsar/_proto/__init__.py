@@ -1,0 +1,1 @@
+"""Generated from ../pulsar_api.proto by `make proto`. Do not edit."""
