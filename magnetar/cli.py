@@ -32,6 +32,9 @@ _STANDALONE_FLAGS: list[tuple[str, str, type, str]] = [
     ("--http-port", "http_port", int, "admin REST / HTTP port (default 8080)"),
     ("--kafka-port", "kafka_port", int, "Kafka protocol port (default 9092)"),
     ("--flight-port", "flight_port", int, "Arrow Flight bulk-read port (default 8815)"),
+    ("--deduplication", "deduplication_enabled", str, "broker-wide dedup default: true|false"),
+    ("--schema-compatibility", "schema_compatibility_strategy", str, "default strategy (FULL)"),
+    ("--max-message-size", "max_message_size", int, "largest message or batch in bytes"),
 ]
 
 

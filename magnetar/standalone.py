@@ -1,20 +1,21 @@
 """``magnetar standalone``: every part of Magnetar in one process.
 
-At this stage it opens the metadata store and the storage engine (recovering them), reports
-where its data lives, and serves until SIGINT/SIGTERM, then shuts down cleanly. Protocol
-listeners are added by later layers; their ports are already part of the settings.
+Opens the metadata store and the storage engine (recovering them), starts the broker and the
+protocol listeners, reports where its data lives and which ports it serves, and runs until
+SIGINT/SIGTERM, then shuts down cleanly.
 """
 
 from __future__ import annotations
 
 import asyncio
 import signal
-import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from magnetar.broker import Broker, BrokerSettings
 from magnetar.core.config import Settings
 from magnetar.meta import MetadataStore, open_metadata_store
+from magnetar.protocols.pulsar.server import PulsarServer
 from magnetar.storage import StorageEngine
 
 
@@ -25,6 +26,9 @@ class Standalone:
     settings: Settings
     meta: MetadataStore
     storage: StorageEngine
+    broker: Broker
+    pulsar: PulsarServer | None = None
+    closers: list[Callable[[], object]] = field(default_factory=list)
 
     @classmethod
     async def start(cls, settings: Settings) -> Standalone:
@@ -35,22 +39,50 @@ class Standalone:
         except BaseException:
             await meta.aclose()
             raise
-        return cls(settings, meta, storage)
+        broker = Broker(meta, storage, _broker_settings(settings))
+        node = cls(settings, meta, storage, broker)
+        try:
+            await broker.start()
+            node.pulsar = PulsarServer(
+                broker,
+                host=settings.bind_address,
+                port=settings.pulsar_port,
+                advertised_host=settings.advertised_address or settings.bind_address,
+                max_message_size=settings.max_message_size,
+            )
+            await node.pulsar.start()
+        except BaseException:
+            await node.aclose()
+            raise
+        return node
 
     def describe(self) -> str:
         s = self.settings
-        parts = self.storage.partitions()
+        pulsar = self.pulsar.service_url if self.pulsar else "off"
         return (
             f"magnetar standalone ready: data in {s.data_dir.resolve()} "
             f"(journal {s.journal_path}, ledgers {s.ledger_path}, metadata {s.metadata}, "
-            f"fsync {s.fsync}); {len(parts)} partition(s)"
+            f"fsync {s.fsync}); pulsar {pulsar}; "
+            f"{len(self.storage.partitions())} partition(s)"
         )
 
     async def aclose(self) -> None:
         try:
+            if self.pulsar is not None:
+                await self.pulsar.aclose()
+            await self.broker.aclose()
             await self.storage.aclose()
         finally:
             await self.meta.aclose()
+
+
+def _broker_settings(s: Settings) -> BrokerSettings:
+    return BrokerSettings(
+        deduplication_enabled=s.deduplication_enabled,
+        schema_compatibility_strategy=s.schema_compatibility_strategy,
+        allow_auto_topic_creation=s.allow_auto_topic_creation,
+        max_message_size=s.max_message_size,
+    )
 
 
 async def serve(settings: Settings, *, announce: Callable[[str], None] | None = None) -> None:
@@ -69,4 +101,3 @@ async def serve(settings: Settings, *, announce: Callable[[str], None] | None = 
 
 def _print(line: str) -> None:
     print(line, flush=True)
-    sys.stdout.flush()

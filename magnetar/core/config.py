@@ -65,6 +65,10 @@ class Settings:
     http_port: int = 8080
     kafka_port: int = 9092
     flight_port: int = 8815
+    deduplication_enabled: bool = False  # broker-wide default; namespaces may override
+    schema_compatibility_strategy: str = "FULL"  # Pulsar's broker default (namespace UNDEFINED)
+    max_message_size: int = 5 * MiB
+    allow_auto_topic_creation: bool = True
 
     @property
     def journal_path(self) -> Path:
@@ -88,7 +92,23 @@ def as_dict(settings: Settings) -> dict[str, Any]:
 
 _FIELDS = {f.name: f for f in dataclasses.fields(Settings)}
 _NON_NEGATIVE = {"segment_max_age", "segment_max_entries"}
-_POSITIVE = {"journal_max_bytes", "segment_max_bytes", "index_interval_bytes", "tail_cache_bytes"}
+_POSITIVE = {
+    "journal_max_bytes",
+    "segment_max_bytes",
+    "index_interval_bytes",
+    "tail_cache_bytes",
+    "max_message_size",
+}
+_STRATEGIES = {
+    "ALWAYS_INCOMPATIBLE",
+    "ALWAYS_COMPATIBLE",
+    "BACKWARD",
+    "FORWARD",
+    "FULL",
+    "BACKWARD_TRANSITIVE",
+    "FORWARD_TRANSITIVE",
+    "FULL_TRANSITIVE",
+}
 _PORTS = {"pulsar_port", "http_port", "kafka_port", "flight_port"}
 
 
@@ -173,6 +193,12 @@ def _validate(s: Settings) -> None:
         port = getattr(s, name)
         if not 0 <= port <= 65535:
             raise ConfigError(name, f"must be a TCP port (0-65535), got {port}")
+    if s.schema_compatibility_strategy not in _STRATEGIES:
+        raise ConfigError(
+            "schema_compatibility_strategy",
+            f"unknown strategy {s.schema_compatibility_strategy!r}: use one of "
+            + ", ".join(sorted(_STRATEGIES)),
+        )
     if not (s.metadata_url == "" or s.metadata_url.startswith(("sqlite://", "memory:"))):
         raise ConfigError(
             "metadata_url", f"unsupported store {s.metadata_url!r}: use sqlite:///PATH"

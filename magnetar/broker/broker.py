@@ -1,0 +1,168 @@
+"""The broker: topics by name, loaded on demand, with the namespace policies that govern them.
+
+Stateless apart from storage (seeds 001/004): everything it needs after a restart —
+topics, partitions, cursors, schemas, dedup snapshots — is in the metadata store or the
+ledgers, so a broker can be killed at any moment and another one picks up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+
+from magnetar.broker import policies as paths
+from magnetar.broker.dedup import Deduplication
+from magnetar.broker.errors import (
+    AlreadyExistsError,
+    InvalidRequestError,
+    NamespaceNotFoundError,
+    TopicNotFoundError,
+)
+from magnetar.broker.policies import Namespaces, Policies
+from magnetar.broker.schemas import SchemaRegistry
+from magnetar.broker.topic import Topic
+from magnetar.core.names import TopicName
+from magnetar.ledger import LedgerStorage, ManagedLedger
+from magnetar.meta import MetadataStore, Notification
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerSettings:
+    deduplication_enabled: bool = (
+        False  # broker-wide default, as Pulsar's brokerDeduplicationEnabled
+    )
+    schema_compatibility_strategy: str = "FULL"  # Pulsar's broker default
+    allow_auto_topic_creation: bool = True
+    max_message_size: int = 5 * 1024 * 1024
+
+
+class Broker:
+    """Owns every topic of this node. Create, then ``await start()``; ``aclose()`` at the end."""
+
+    def __init__(
+        self, meta: MetadataStore, storage: LedgerStorage, settings: BrokerSettings
+    ) -> None:
+        self.meta = meta
+        self.storage = storage
+        self.settings = settings
+        self.namespaces = Namespaces(meta)
+        self.schemas = SchemaRegistry(meta)
+        self.topics: dict[str, Topic] = {}
+        self._loading: dict[str, asyncio.Future[Topic]] = {}
+        self._policies: dict[str, Policies] = {}
+        self._unwatch = meta.watch("/admin/policies", self._on_policy_change)
+
+    async def start(self) -> None:
+        await self.namespaces.ensure_defaults()
+
+    def _on_policy_change(self, note: Notification) -> None:
+        ns = note.path.removeprefix("/admin/policies/")
+        self._policies.pop(ns, None)
+        asyncio.get_running_loop().create_task(self._apply_policies(ns))
+
+    async def _apply_policies(self, namespace: str) -> None:
+        for topic in list(self.topics.values()):
+            if topic.name.namespace_name == namespace:
+                await self._configure_dedup(topic)
+
+    async def policies(self, name: TopicName) -> Policies:
+        ns = name.namespace_name
+        cached = self._policies.get(ns)
+        if cached is None:
+            cached = await self.namespaces.policies(name.tenant, name.namespace)
+            self._policies[ns] = cached
+        return cached
+
+    async def schema_strategy(self, name: TopicName) -> str:
+        strategy = (await self.policies(name)).schema_compatibility_strategy
+        return self.settings.schema_compatibility_strategy if strategy == "UNDEFINED" else strategy
+
+    # -- topics -------------------------------------------------------------------------
+
+    async def partitions(self, name: TopicName) -> int:
+        """Partitions of a partitioned topic; 0 for a plain topic (or a partition)."""
+        if name.partition >= 0:
+            return 0
+        node = await self.meta.get(paths.partitioned_path(name.tenant, name.namespace, name.local))
+        return int(json.loads(node.value)["partitions"]) if node else 0
+
+    async def create_partitioned_topic(self, name: TopicName, partitions: int) -> None:
+        if partitions < 1:
+            raise InvalidRequestError(f"a partitioned topic needs >= 1 partition, got {partitions}")
+        await self.policies(name)  # the namespace must exist
+        path = paths.partitioned_path(name.tenant, name.namespace, name.local)
+        if await self.meta.exists(path) or await self.meta.exists(
+            paths.topic_path(name.tenant, name.namespace, name.local)
+        ):
+            raise AlreadyExistsError(f"topic {name} already exists")
+        await self.meta.put(
+            path, json.dumps({"partitions": partitions}).encode(), expected_version=-1
+        )
+
+    async def topic_exists(self, name: TopicName) -> bool:
+        return await self.meta.exists(paths.topic_path(name.tenant, name.namespace, name.local))
+
+    async def get_topic(self, name: TopicName, *, create: bool = True) -> Topic:
+        """The loaded topic ``name``; created on first use when auto-creation allows it."""
+        key = str(name)
+        topic = self.topics.get(key)
+        if topic is not None:
+            return topic
+        loading = self._loading.get(key)
+        if loading is not None:
+            return await asyncio.shield(loading)
+        future: asyncio.Future[Topic] = asyncio.get_running_loop().create_future()
+        self._loading[key] = future
+        try:
+            topic = await self._load(name, create)
+        except BaseException as e:
+            future.set_exception(e)
+            future.exception()  # retrieved: callers that await it get it re-raised
+            raise
+        finally:
+            self._loading.pop(key, None)
+        self.topics[key] = topic
+        future.set_result(topic)
+        return topic
+
+    async def _load(self, name: TopicName, create: bool) -> Topic:
+        try:
+            await self.policies(name)
+        except NamespaceNotFoundError:
+            raise
+        registered = await self.topic_exists(name)
+        if not registered:
+            allowed = create and self.settings.allow_auto_topic_creation
+            if not allowed:
+                raise TopicNotFoundError(f"topic {name} does not exist")
+            await self.meta.put(paths.topic_path(name.tenant, name.namespace, name.local), b"{}")
+        ledger = await ManagedLedger.open(name.path, self.storage)
+        topic = Topic(name, ledger, self.meta)
+        await topic.load_subscriptions()
+        await self._configure_dedup(topic)
+        return topic
+
+    async def _configure_dedup(self, topic: Topic) -> None:
+        enabled = (await self.policies(topic.name)).deduplicationEnabled
+        if enabled is None:
+            enabled = self.settings.deduplication_enabled
+        if enabled and topic.dedup is None:
+            dedup = Deduplication(self.meta, f"/dedup/{topic.name.path}")
+            await dedup.load(topic.ledger)
+            topic.dedup = dedup
+        elif not enabled and topic.dedup is not None:
+            await topic.dedup.snapshot(topic.ledger.end_offset)
+            topic.dedup = None
+
+    async def list_topics(self, tenant: str, namespace: str) -> list[str]:
+        """Persistent topics of a namespace: plain topics and each partition."""
+        await self.namespaces.policies(tenant, namespace)
+        names = await self.meta.list_children(f"/admin/topics/{tenant}/{namespace}")
+        return [f"persistent://{tenant}/{namespace}/{n}" for n in names]
+
+    async def aclose(self) -> None:
+        self._unwatch()
+        for topic in list(self.topics.values()):
+            await topic.aclose()
+        self.topics.clear()

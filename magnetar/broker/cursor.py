@@ -1,0 +1,159 @@
+"""Durable cursors: how far a subscription has acknowledged.
+
+Every offset below ``mark_delete`` is acknowledged; offsets at or above it may be
+acknowledged individually (kept as disjoint ranges). A batch message has its own offset, so
+batch-index acks are individual acks of offsets. A cursor is persisted through the
+metadata store by :class:`CursorStore`, which coalesces bursts of acks into one write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import json
+from collections.abc import Iterable
+
+from magnetar.meta import MetadataStore
+
+MAX_PERSISTED_RANGES = 10_000
+
+
+class Cursor:
+    """Acknowledgement state of one subscription."""
+
+    def __init__(self, mark_delete: int = 0, ranges: Iterable[tuple[int, int]] = ()) -> None:
+        self.mark_delete = mark_delete
+        self._starts: list[int] = []
+        self._ends: list[int] = []
+        for start, end in ranges:
+            self._add_range(start, end)
+        self._advance()
+        self.version = 0  # bumped on every change; the persister writes when it moves
+
+    def is_acked(self, offset: int) -> bool:
+        if offset < self.mark_delete:
+            return True
+        i = bisect.bisect_right(self._starts, offset) - 1
+        return i >= 0 and offset < self._ends[i]
+
+    def acked_count(self, start: int, end: int) -> int:
+        """How many offsets in [start, end) are acknowledged."""
+        n = max(0, min(end, self.mark_delete) - start)
+        lo = max(start, self.mark_delete)
+        for s, e in zip(self._starts, self._ends, strict=True):
+            n += max(0, min(e, end) - max(s, lo))
+        return n
+
+    def ack(self, offsets: Iterable[int]) -> None:
+        for offset in offsets:
+            if offset >= self.mark_delete:
+                self._add_range(offset, offset + 1)
+        self._advance()
+        self.version += 1
+
+    def ack_range(self, start: int, end: int) -> None:
+        if end > max(start, self.mark_delete):
+            self._add_range(max(start, self.mark_delete), end)
+            self._advance()
+            self.version += 1
+
+    def ack_cumulative(self, upto: int) -> None:
+        """Acknowledge every offset <= ``upto``."""
+        if upto + 1 > self.mark_delete:
+            self.mark_delete = upto + 1
+            self._drop_below()
+            self._advance()
+            self.version += 1
+
+    def reset(self, offset: int) -> None:
+        """Seek: everything before ``offset`` acknowledged, nothing after."""
+        self.mark_delete = max(offset, 0)
+        self._starts.clear()
+        self._ends.clear()
+        self.version += 1
+
+    def first_unacked(self, start: int) -> int:
+        """The first offset >= ``start`` that is not acknowledged."""
+        offset = max(start, self.mark_delete)
+        i = bisect.bisect_right(self._starts, offset) - 1
+        if i >= 0 and offset < self._ends[i]:
+            return self._ends[i]
+        return offset
+
+    def _add_range(self, start: int, end: int) -> None:
+        i = bisect.bisect_left(self._ends, start)
+        j = bisect.bisect_right(self._starts, end)
+        if i < j:
+            start = min(start, self._starts[i])
+            end = max(end, self._ends[j - 1])
+        self._starts[i:j] = [start]
+        self._ends[i:j] = [end]
+
+    def _drop_below(self) -> None:
+        while self._starts and self._ends[0] <= self.mark_delete:
+            del self._starts[0], self._ends[0]
+
+    def _advance(self) -> None:
+        self._drop_below()
+        if self._starts and self._starts[0] <= self.mark_delete:
+            self.mark_delete = self._ends[0]
+            del self._starts[0], self._ends[0]
+
+    @property
+    def ranges(self) -> list[tuple[int, int]]:
+        return list(zip(self._starts, self._ends, strict=True))
+
+    def to_bytes(self) -> bytes:
+        body = {"markDelete": self.mark_delete, "acked": self.ranges[:MAX_PERSISTED_RANGES]}
+        return json.dumps(body).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> Cursor:
+        raw = json.loads(data)
+        return cls(raw["markDelete"], [tuple(r) for r in raw.get("acked", [])])
+
+
+class CursorStore:
+    """Persists one cursor at ``path``; bursts of changes become one metadata write."""
+
+    def __init__(self, meta: MetadataStore, path: str, cursor: Cursor) -> None:
+        self.meta = meta
+        self.path = path
+        self.cursor = cursor
+        self._written = cursor.version
+        self._task: asyncio.Task[None] | None = None
+        self.extra: dict[str, object] = {}
+
+    @classmethod
+    async def load(cls, meta: MetadataStore, path: str, default_start: int) -> CursorStore:
+        node = await meta.get(path)
+        cursor = Cursor.from_bytes(node.value) if node else Cursor(default_start)
+        store = cls(meta, path, cursor)
+        if node is None:
+            await store.flush()
+        return store
+
+    def changed(self) -> None:
+        """Schedule a write of the cursor (coalesced with any other pending change)."""
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._write_loop())
+
+    async def _write_loop(self) -> None:
+        while self._written != self.cursor.version:
+            version = self.cursor.version
+            await self.meta.put(self.path, self.cursor.to_bytes())
+            self._written = version
+
+    async def flush(self) -> None:
+        """Write now; durable when this returns."""
+        if self._task is not None and not self._task.done():
+            await self._task
+        version = self.cursor.version
+        await self.meta.put(self.path, self.cursor.to_bytes())
+        self._written = version
+
+    async def delete(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+        if await self.meta.exists(self.path):
+            await self.meta.delete(self.path)

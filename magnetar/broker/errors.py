@@ -1,0 +1,75 @@
+"""Errors of the broker. Protocol handlers map each ``code`` to their wire error."""
+
+from __future__ import annotations
+
+from magnetar.core.errors import MagnetarError
+
+
+class BrokerError(MagnetarError):
+    """The broker refused or failed an operation."""
+
+    code = "broker.error"
+
+
+class NotFoundError(BrokerError):
+    code = "broker.not_found"
+
+
+class TenantNotFoundError(NotFoundError):
+    code = "broker.tenant_not_found"
+
+
+class NamespaceNotFoundError(NotFoundError):
+    code = "broker.namespace_not_found"
+
+
+class TopicNotFoundError(NotFoundError):
+    code = "broker.topic_not_found"
+
+
+class SubscriptionNotFoundError(NotFoundError):
+    code = "broker.subscription_not_found"
+
+
+class AlreadyExistsError(BrokerError):
+    code = "broker.exists"
+
+
+class NotEmptyError(BrokerError):
+    """Deleting something that still holds other things (namespaces, topics)."""
+
+    code = "broker.not_empty"
+
+
+class InvalidRequestError(BrokerError):
+    """The request is malformed or impossible; the message says which part."""
+
+    code = "broker.invalid"
+
+
+class ProducerBusyError(BrokerError):
+    """Another producer holds exclusive access, or the producer name is taken."""
+
+    code = "broker.producer_busy"
+
+
+class ProducerFencedError(BrokerError):
+    code = "broker.producer_fenced"
+
+
+class ConsumerBusyError(BrokerError):
+    """An exclusive subscription already has a consumer, or the types conflict."""
+
+    code = "broker.consumer_busy"
+
+
+class IncompatibleSchemaError(BrokerError):
+    code = "broker.incompatible_schema"
+
+
+class SchemaNotFoundError(NotFoundError):
+    code = "broker.schema_not_found"
+
+
+class MessageTooLargeError(BrokerError):
+    code = "broker.message_too_large"

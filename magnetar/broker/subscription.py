@@ -1,0 +1,327 @@
+"""Subscriptions, their consumers and the dispatcher that feeds them.
+
+A subscription reads its topic from ``read_position`` forward and hands whole entries to
+consumers that have permits (flow control, counted in messages). Entries handed out stay
+*pending* on their consumer until acknowledged; a consumer that leaves, or asks for
+redelivery (negative ack, ack timeout), puts its pending entries back in the replay set,
+which is dispatched before new entries. Who gets an entry depends on the type:
+
+- EXCLUSIVE: the one consumer; FAILOVER: the active one (lowest priority level, then name);
+- SHARED: round robin over consumers with permits;
+- KEY_SHARED: a consistent-hash ring over consumers by the entry's key, so one key always
+  goes to one consumer while membership holds (head-of-line waits preserve key order).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import enum
+import logging
+import zlib
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from magnetar.broker import formats
+from magnetar.broker.cursor import Cursor, CursorStore
+from magnetar.broker.errors import ConsumerBusyError
+from magnetar.core.ids import MessageId
+from magnetar.ledger import ManagedLedger
+from magnetar.storage import Entry
+
+log = logging.getLogger(__name__)
+READ_BATCH = 500
+RING_POINTS = 64
+
+
+class SubType(enum.IntEnum):
+    """Pulsar's wire values."""
+
+    EXCLUSIVE = 0
+    SHARED = 1
+    FAILOVER = 2
+    KEY_SHARED = 3
+
+
+@dataclass(slots=True)
+class Delivery:
+    entry: Entry
+    message_id: MessageId
+    redelivery_count: int
+    acked_indexes: list[int] | None  # batch indexes already acknowledged, if any
+
+
+class ConsumerSink(Protocol):
+    """What a protocol handler gives the broker to reach one consumer."""
+
+    def deliver(self, consumer: Consumer, deliveries: list[Delivery]) -> None: ...
+
+    def closed_by_broker(self, consumer: Consumer) -> None: ...
+
+
+@dataclass(eq=False)
+class Consumer:
+    consumer_id: int
+    name: str
+    sink: ConsumerSink
+    priority: int = 0
+    permits: int = 0
+    pending: set[int] = field(default_factory=set)  # base offsets of unacked entries
+    delivered: int = 0
+    acked: int = 0
+
+
+class Subscription:
+    """One named subscription of one topic partition."""
+
+    def __init__(
+        self,
+        name: str,
+        sub_type: SubType,
+        ledger: ManagedLedger,
+        store: CursorStore | None,
+        *,
+        durable: bool = True,
+        start: int = 0,
+    ) -> None:
+        self.name = name
+        self.type = sub_type
+        self.ledger = ledger
+        self.durable = durable
+        self.store = store
+        self.cursor = store.cursor if store else Cursor(start)
+        self.read_position = self.cursor.first_unacked(self.cursor.mark_delete)
+        self.consumers: list[Consumer] = []
+        self._pending: dict[int, tuple[Consumer, int]] = {}  # base → (consumer, count)
+        self._replay: set[int] = set()
+        self._redeliveries: dict[int, int] = defaultdict(int)
+        self._counts: dict[int, int] = {}  # entry sizes of replayed entries
+        self._rr = 0
+        self._ring: list[tuple[int, Consumer]] = []
+        self._task: asyncio.Task[None] | None = None
+        self._again = False
+        self._remove_listener = ledger.on_append(self.kick)
+
+    # -- membership ---------------------------------------------------------------------
+
+    def add_consumer(self, consumer: Consumer, sub_type: SubType) -> None:
+        if sub_type != self.type and self.consumers:
+            raise ConsumerBusyError(
+                f"subscription {self.name!r} is {self.type.name}; it cannot take a "
+                f"{sub_type.name} consumer while it has consumers"
+            )
+        self.type = sub_type
+        if sub_type is SubType.EXCLUSIVE and self.consumers:
+            raise ConsumerBusyError(
+                f"exclusive subscription {self.name!r} already has a consumer; "
+                "use Shared, Failover or Key_Shared to attach several"
+            )
+        self.consumers.append(consumer)
+        self._rebuild_ring()
+        self.kick()
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        if consumer not in self.consumers:
+            return
+        self.consumers.remove(consumer)
+        for base in list(consumer.pending):
+            self._pending.pop(base, None)
+            self._replay.add(base)
+        consumer.pending.clear()
+        self._rebuild_ring()
+        self.kick()
+
+    def active_consumer(self) -> Consumer | None:
+        if not self.consumers:
+            return None
+        if self.type is SubType.FAILOVER:
+            return min(self.consumers, key=lambda c: (c.priority, c.name))
+        return self.consumers[0]
+
+    def _rebuild_ring(self) -> None:
+        ring = []
+        for c in self.consumers:
+            for i in range(RING_POINTS):
+                ring.append((zlib.crc32(f"{c.name}#{c.consumer_id}#{i}".encode()), c))
+        self._ring = sorted(ring, key=lambda p: p[0])
+
+    # -- flow and acknowledgement -------------------------------------------------------
+
+    def flow(self, consumer: Consumer, permits: int) -> None:
+        consumer.permits += permits
+        self.kick()
+
+    def ack(self, acks: dict[int, list[int]]) -> None:
+        """Individual acks: entry base offset → the acknowledged offsets inside it (batch
+        index acks are acks of single offsets: each message has its own)."""
+        self.cursor.ack(o for offsets in acks.values() for o in offsets)
+        self._settle(set(acks))
+
+    def entry_count(self, base: int) -> int:
+        """Messages in the entry at ``base`` if it is pending here (else 1)."""
+        pending = self._pending.get(base)
+        return pending[1] if pending else self._counts.get(base, 1)
+
+    def ack_cumulative(self, upto: int) -> None:
+        """Acknowledge every offset <= ``upto``."""
+        self.cursor.ack_cumulative(upto)
+        self._settle(
+            {b for b in self._pending if b <= upto} | {b for b in self._replay if b <= upto}
+        )
+
+    def _settle(self, bases: set[int]) -> None:
+        for base in bases:
+            owner = self._pending.get(base)
+            count = owner[1] if owner else 1
+            if self.cursor.acked_count(base, base + count) >= count:
+                if owner:
+                    owner[0].pending.discard(base)
+                    owner[0].acked += 1
+                    del self._pending[base]
+                self._replay.discard(base)
+                self._redeliveries.pop(base, None)
+        if self.store is not None:
+            self.store.changed()
+        if self.type is SubType.KEY_SHARED:
+            self.kick()
+
+    def redeliver(self, consumer: Consumer, bases: list[int] | None) -> None:
+        """Put ``consumer``'s pending entries (all, or those listed) back for redelivery."""
+        chosen = (
+            list(consumer.pending) if bases is None else [b for b in bases if b in consumer.pending]
+        )
+        for base in chosen:
+            consumer.pending.discard(base)
+            self._pending.pop(base, None)
+            self._replay.add(base)
+            self._redeliveries[base] += 1
+        if chosen:
+            self.kick()
+
+    async def seek(self, offset: int) -> None:
+        """Move the cursor to ``offset``: everything before acknowledged, nothing after."""
+        self.cursor.reset(offset)
+        self._pending.clear()
+        self._replay.clear()
+        self._redeliveries.clear()
+        self.read_position = offset
+        for c in self.consumers:
+            c.pending.clear()
+        if self.store is not None:
+            await self.store.flush()
+
+    @property
+    def backlog(self) -> int:
+        end = self.ledger.end_offset
+        md = self.cursor.mark_delete
+        return max(0, end - md - self.cursor.acked_count(md, end))
+
+    # -- dispatch -----------------------------------------------------------------------
+
+    def kick(self) -> None:
+        """Ask the dispatcher to run (coalesced: one run at a time)."""
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run())
+        else:
+            self._again = True
+
+    async def _run(self) -> None:
+        self._again = True
+        while self._again:
+            self._again = False
+            try:
+                await self._dispatch()
+            except Exception:
+                log.exception(
+                    "dispatch failed for subscription %s of %s", self.name, self.ledger.name
+                )
+                return
+
+    async def _dispatch(self) -> None:
+        while any(c.permits > 0 for c in self.consumers):
+            if self._replay:
+                entries = await self._read_replay()
+                if not entries:
+                    continue
+                if not self._send(entries, replay=True):
+                    return
+            elif self.read_position < self.ledger.end_offset:
+                budget = max(1, min(READ_BATCH, sum(max(c.permits, 0) for c in self.consumers)))
+                entries = await self.ledger.read(self.read_position, max_entries=budget)
+                if not entries:
+                    return
+                sent = self._send(entries, replay=False)
+                if sent == 0:
+                    return
+            else:
+                return
+
+    async def _read_replay(self) -> list[Entry]:
+        out = []
+        for base in sorted(self._replay)[:READ_BATCH]:
+            got = await self.ledger.read(base, max_entries=1)
+            if got and got[0].base_offset == base:
+                out.append(got[0])
+            else:
+                self._replay.discard(base)  # trimmed away by retention: nothing to redeliver
+        return out
+
+    def _send(self, entries: list[Entry], *, replay: bool) -> int:
+        batches: dict[int, tuple[Consumer, list[Delivery]]] = {}
+        sent = 0
+        for entry in entries:
+            base, count = entry.base_offset, entry.count
+            acked = self.cursor.acked_count(base, base + count)
+            if acked >= count or (not replay and base in self._pending):
+                self._replay.discard(base)
+                sent += 1
+                if not replay:
+                    self.read_position = entry.next_offset
+                continue
+            consumer = self._pick(entry)
+            if consumer is None:
+                break
+            indexes = None
+            if acked:
+                indexes = [i for i in range(count) if self.cursor.is_acked(base + i)]
+            delivery = Delivery(
+                entry, self.ledger.message_id(entry), self._redeliveries.get(base, 0), indexes
+            )
+            batches.setdefault(id(consumer), (consumer, []))[1].append(delivery)
+            consumer.permits -= count
+            consumer.pending.add(base)
+            consumer.delivered += 1
+            self._pending[base] = (consumer, count)
+            self._replay.discard(base)
+            sent += 1
+            if not replay:
+                self.read_position = entry.next_offset
+        for consumer, deliveries in batches.values():
+            consumer.sink.deliver(consumer, deliveries)
+        return sent
+
+    def _pick(self, entry: Entry) -> Consumer | None:
+        if self.type in (SubType.EXCLUSIVE, SubType.FAILOVER):
+            active = self.active_consumer()
+            return active if active is not None and active.permits > 0 else None
+        if self.type is SubType.SHARED:
+            n = len(self.consumers)
+            for i in range(n):
+                c = self.consumers[(self._rr + i) % n]
+                if c.permits > 0:
+                    self._rr = (self._rr + i + 1) % n
+                    return c
+            return None
+        key = formats.key_of(entry.format, entry.payload) or b""
+        h = zlib.crc32(key)
+        i = bisect.bisect_left(self._ring, h, key=lambda p: p[0]) % len(self._ring)
+        owner = self._ring[i][1]
+        return owner if owner.permits > 0 else None
+
+    async def aclose(self) -> None:
+        self._remove_listener()
+        if self._task is not None:
+            self._task.cancel()
+        if self.store is not None:
+            await self.store.flush()

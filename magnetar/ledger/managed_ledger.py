@@ -1,0 +1,172 @@
+"""The managed ledger of one partition: append, read, find by time, MessageId ↔ offset.
+
+Offsets are continuous per partition (DESIGN.md decision 1). A Pulsar message id is
+(ledger id, entry id, batch index) where the ledger id is the segment id and the entry id is
+the entry's base offset minus the segment's first offset, so the mapping both ways needs
+only the segment list — never an id packed into an offset.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+from collections.abc import Callable
+from typing import Protocol
+
+from magnetar.core.ids import MessageId
+from magnetar.storage import Entry, SegmentInfo
+
+
+class LedgerStorage(Protocol):
+    """Where a ledger's entries live (decision 8). The storage engine implements it today;
+    a quorum client over several storage nodes can implement it later unchanged above."""
+
+    async def create_partition(self, name: str) -> None: ...
+
+    def has_partition(self, name: str) -> bool: ...
+
+    async def append(
+        self,
+        name: str,
+        payload: bytes,
+        *,
+        count: int = 1,
+        publish_time: int | None = None,
+        event_time: int = -1,
+        fmt: int = 0,
+    ) -> Entry: ...
+
+    async def read(
+        self, name: str, offset: int, *, max_entries: int = 1000, max_bytes: int = 4 << 20
+    ) -> list[Entry]: ...
+
+    async def find_offset(self, name: str, ts: int) -> int: ...
+
+    def end_offset(self, name: str) -> int: ...
+
+    def start_offset(self, name: str) -> int: ...
+
+    def segments(self, name: str) -> list[SegmentInfo]: ...
+
+
+class ManagedLedger:
+    """One partition's log. Appends are durable when :meth:`append` returns."""
+
+    def __init__(self, name: str, storage: LedgerStorage) -> None:
+        self.name = name
+        self.storage = storage
+        self._firsts: dict[int, int] = {}  # segment id → first offset
+        self._ids: list[int] = []  # known segment ids, ascending
+        self._listeners: list[Callable[[], None]] = []
+
+    @classmethod
+    async def open(cls, name: str, storage: LedgerStorage) -> ManagedLedger:
+        """Open the ledger, creating its partition if it does not exist yet."""
+        await storage.create_partition(name)
+        ledger = cls(name, storage)
+        ledger._refresh()
+        return ledger
+
+    def _refresh(self) -> None:
+        segments = self.storage.segments(self.name)
+        self._firsts = {s.segment_id: s.first_offset for s in segments}
+        self._ids = sorted(self._firsts)
+
+    # -- offsets ------------------------------------------------------------------------
+
+    @property
+    def end_offset(self) -> int:
+        """The offset the next message will get; the last confirmed one is this minus 1."""
+        return self.storage.end_offset(self.name)
+
+    @property
+    def start_offset(self) -> int:
+        return self.storage.start_offset(self.name)
+
+    def message_id(self, entry: Entry, batch_index: int = -1) -> MessageId:
+        """The Pulsar id of ``entry`` (or of message ``batch_index`` inside it)."""
+        first = self._firsts.get(entry.segment_id)
+        if first is None:
+            self._refresh()
+            first = self._firsts.get(entry.segment_id, entry.base_offset)
+        return MessageId(entry.segment_id, entry.base_offset - first, batch_index)
+
+    def offset_of(self, mid: MessageId) -> int:
+        """The offset of the message ``mid`` names.
+
+        Ids of segments that no longer exist map to the nearest retained position: before
+        the first known segment → the start, after the last → the end.
+        """
+        if mid.ledger_id not in self._firsts:
+            self._refresh()
+        first = self._firsts.get(mid.ledger_id)
+        if first is None:
+            i = bisect.bisect_left(self._ids, mid.ledger_id)
+            return self.start_offset if i == 0 else self.end_offset
+        return first + max(mid.entry_id, 0) + max(mid.batch_index, 0)
+
+    def segment_first_offsets(self) -> dict[int, int]:
+        self._refresh()
+        return dict(self._firsts)
+
+    # -- data ---------------------------------------------------------------------------
+
+    async def append(
+        self,
+        payload: bytes,
+        *,
+        count: int = 1,
+        publish_time: int | None = None,
+        event_time: int = -1,
+        fmt: int = 0,
+    ) -> Entry:
+        """Append one entry; durable and readable when this returns. Listeners are told."""
+        entry = await self.storage.append(
+            self.name,
+            payload,
+            count=count,
+            publish_time=publish_time,
+            event_time=event_time,
+            fmt=fmt,
+        )
+        if entry.segment_id not in self._firsts:
+            self._refresh()
+        for listener in self._listeners:
+            listener()
+        return entry
+
+    async def read(
+        self, offset: int, *, max_entries: int = 100, max_bytes: int = 4 << 20
+    ) -> list[Entry]:
+        return await self.storage.read(
+            self.name, offset, max_entries=max_entries, max_bytes=max_bytes
+        )
+
+    async def find_offset(self, ts: int) -> int:
+        """First offset whose publish time is >= ``ts`` (the end offset if none)."""
+        return await self.storage.find_offset(self.name, ts)
+
+    def segments(self) -> list[SegmentInfo]:
+        return self.storage.segments(self.name)
+
+    def on_append(self, listener: Callable[[], None]) -> Callable[[], None]:
+        """Call ``listener`` after every append; returns the function that removes it."""
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener)
+
+    async def wait_beyond(self, offset: int, timeout: float) -> bool:
+        """Wait until the ledger holds ``offset`` (True) or ``timeout`` passes (False)."""
+        if self.end_offset > offset:
+            return True
+        event = asyncio.Event()
+        remove = self.on_append(event.set)
+        try:
+            async with asyncio.timeout(timeout):
+                while self.end_offset <= offset:
+                    await event.wait()
+                    event.clear()
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            remove()

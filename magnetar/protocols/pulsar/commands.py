@@ -1,0 +1,366 @@
+"""Command handlers of a Pulsar connection (one instance per ``server.Connection``).
+
+Each ``_on_<command>`` takes the decoded frame. A handler that needs the broker returns a
+coroutine, which the connection runs as a task and answers with the right error frame if it
+raises; quick ones answer inline and return None.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from magnetar.broker import AccessMode, Consumer
+from magnetar.broker.formats import PULSAR
+from magnetar.broker.schemas import SchemaInfo
+from magnetar.core.ids import MessageId
+from magnetar.protocols.pulsar import entry_format, responses
+from magnetar.protocols.pulsar._proto import pulsar_api_pb2 as pb
+from magnetar.protocols.pulsar.frames import Frame
+from magnetar.protocols.pulsar.handles import ConsumerHandle, ProducerHandle
+from magnetar.protocols.pulsar.message_ids import from_wire
+
+if TYPE_CHECKING:
+    from magnetar.protocols.pulsar.server import Connection
+
+T = pb.BaseCommand.Type
+Handler = Callable[[Frame], Awaitable[None] | None]
+DUPLICATE_ID = MessageId(-1, -1)
+
+
+class Commands:
+    """The handlers of one connection."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.broker = conn.broker
+
+    def table(self) -> dict[int, Handler]:
+        return {
+            T.CONNECT: self._on_connect,
+            T.PING: self._on_ping,
+            T.PONG: lambda f: None,
+            T.PARTITIONED_METADATA: self._on_partitioned_metadata,
+            T.LOOKUP: self._on_lookup,
+            T.PRODUCER: self._on_producer,
+            T.SEND: self._on_send,
+            T.CLOSE_PRODUCER: self._on_close_producer,
+            T.SUBSCRIBE: self._on_subscribe,
+            T.FLOW: self._on_flow,
+            T.ACK: self._on_ack,
+            T.REDELIVER_UNACKNOWLEDGED_MESSAGES: self._on_redeliver,
+            T.CLOSE_CONSUMER: self._on_close_consumer,
+            T.UNSUBSCRIBE: self._on_unsubscribe,
+            T.SEEK: self._on_seek,
+            T.GET_LAST_MESSAGE_ID: self._on_get_last_message_id,
+            T.GET_SCHEMA: self._on_get_schema,
+            T.GET_OR_CREATE_SCHEMA: self._on_get_or_create_schema,
+            T.GET_TOPICS_OF_NAMESPACE: self._on_get_topics_of_namespace,
+        }
+
+    # -- connection and discovery -------------------------------------------------------
+
+    def _on_connect(self, frame: Frame) -> None:
+        self.conn.write(self.conn.connected_reply(frame.command.connect.protocol_version))
+
+    def _on_ping(self, frame: Frame) -> None:
+        self.conn.write(responses.pong())
+
+    async def _on_partitioned_metadata(self, frame: Frame) -> None:
+        cmd = frame.command.partition_metadata
+        name = self.conn.topic_name(cmd.topic)
+        await self.broker.policies(name)  # a missing namespace is an error, not 0 partitions
+        partitions = await self.broker.partitions(name)
+        self.conn.write(responses.partitioned_metadata_response(cmd.request_id, partitions))
+
+    async def _on_lookup(self, frame: Frame) -> None:
+        cmd = frame.command.lookup_topic
+        await self.broker.policies(self.conn.topic_name(cmd.topic))
+        self.conn.write(responses.lookup_response(cmd.request_id, self.conn.server.service_url))
+
+    async def _on_get_topics_of_namespace(self, frame: Frame) -> None:
+        cmd = frame.command.get_topics_of_namespace
+        tenant, _, namespace = cmd.namespace.partition("/")
+        topics = await self.broker.list_topics(tenant, namespace)
+        self.conn.write(responses.get_topics_of_namespace_response(cmd.request_id, topics))
+
+    # -- producers ----------------------------------------------------------------------
+
+    async def _on_producer(self, frame: Frame) -> None:
+        cmd = frame.command.producer
+        name = self.conn.topic_name(cmd.topic)
+        topic = await self.broker.get_topic(name)
+        version = None
+        if cmd.HasField("schema") and pb.Schema.Type.Name(cmd.schema.type) != "NONE":
+            strategy = await self.broker.schema_strategy(name)
+            n = await self.broker.schemas.add(name.base.path, _schema_info(cmd.schema), strategy)
+            version = responses.schema_version_bytes(n)
+        wanted = cmd.producer_name if cmd.HasField("producer_name") else None
+        producer = await topic.add_producer(wanted or None, AccessMode(cmd.producer_access_mode))
+        self.conn.producers[cmd.producer_id] = ProducerHandle(producer, topic, name.partition)
+        last = topic.dedup.persisted.get(producer.name, -1) if topic.dedup else -1
+        self.conn.write(
+            responses.producer_success(
+                cmd.request_id, producer.name, last_sequence_id=last, schema_version=version
+            )
+        )
+
+    def _on_send(self, frame: Frame) -> Awaitable[None] | None:
+        cmd = frame.command.send
+        handle = self.conn.producers.get(cmd.producer_id)
+        if handle is None or frame.payload is None:
+            self.conn.write(
+                responses.send_error(
+                    cmd.producer_id,
+                    cmd.sequence_id,
+                    pb.ServerError.UnknownError,
+                    f"producer {cmd.producer_id} is not connected; create the producer first",
+                )
+            )
+            return None
+        return self._publish(handle, frame)
+
+    async def _publish(self, handle: ProducerHandle, frame: Frame) -> None:
+        cmd, payload = frame.command.send, frame.payload
+        assert payload is not None
+        md = payload.metadata
+        count = cmd.num_messages if cmd.HasField("num_messages") else 1
+        result = await handle.topic.publish(
+            handle.producer,
+            bytes(payload.raw),
+            count=max(count, 1),
+            sequence_id=cmd.sequence_id,
+            highest_sequence_id=max(cmd.highest_sequence_id, cmd.sequence_id + count - 1),
+            publish_time=md.publish_time or None,
+            event_time=md.event_time if md.HasField("event_time") else -1,
+            fmt=PULSAR,
+        )
+        mid = DUPLICATE_ID
+        if result.entry is not None:
+            mid = handle.topic.ledger.message_id(result.entry)
+        mid = MessageId(mid.ledger_id, mid.entry_id, -1, handle.partition)
+        highest = cmd.highest_sequence_id if cmd.HasField("highest_sequence_id") else None
+        self.conn.write(
+            responses.send_receipt(
+                cmd.producer_id, cmd.sequence_id, mid, highest_sequence_id=highest
+            )
+        )
+
+    def _on_close_producer(self, frame: Frame) -> None:
+        cmd = frame.command.close_producer
+        handle = self.conn.producers.pop(cmd.producer_id, None)
+        if handle is not None:
+            handle.topic.remove_producer(handle.producer)
+        self.conn.write(responses.success(cmd.request_id))
+
+    # -- consumers ----------------------------------------------------------------------
+
+    async def _on_subscribe(self, frame: Frame) -> None:
+        cmd = frame.command.subscribe
+        name = self.conn.topic_name(cmd.topic)
+        topic = await self.broker.get_topic(name)
+        if cmd.HasField("schema") and pb.Schema.Type.Name(cmd.schema.type) != "NONE":
+            strategy = await self.broker.schema_strategy(name)
+            await self.broker.schemas.check_readable(
+                name.base.path, _schema_info(cmd.schema), strategy
+            )
+        ledger = topic.ledger
+        if cmd.HasField("start_message_id"):
+            start = _reader_start(ledger, from_wire(cmd.start_message_id))
+        elif cmd.initial_position == pb.CommandSubscribe.InitialPosition.Earliest:
+            start = ledger.start_offset
+        else:
+            start = ledger.end_offset
+        sub_type = self.conn.sub_type(cmd.sub_type)
+        sub = await topic.subscription(cmd.subscription, sub_type, durable=cmd.durable, start=start)
+        consumer = Consumer(
+            cmd.consumer_id,
+            cmd.consumer_name or f"consumer-{cmd.consumer_id}",
+            self.conn,
+            priority=cmd.priority_level,
+        )
+        sub.add_consumer(consumer, sub_type)
+        self.conn.register_consumer(ConsumerHandle(consumer, sub, topic, name.partition))
+        self.conn.write(responses.success(cmd.request_id))
+
+    def _on_flow(self, frame: Frame) -> None:
+        cmd = frame.command.flow
+        handle = self.conn.consumers.get(cmd.consumer_id)
+        if handle is not None:
+            handle.subscription.flow(handle.consumer, cmd.message_permits)
+
+    def _on_ack(self, frame: Frame) -> None:
+        cmd = frame.command.ack
+        handle = self.conn.consumers.get(cmd.consumer_id)
+        if handle is None or cmd.HasField("validation_error"):
+            return  # a consumer that saw a bad checksum: keep the message pending
+        sub, ledger = handle.subscription, handle.topic.ledger
+        cumulative = cmd.ack_type == pb.CommandAck.AckType.Cumulative
+        acks: dict[int, list[int]] = {}
+        for data in cmd.message_id:
+            mid = from_wire(data)
+            base = ledger.offset_of(MessageId(mid.ledger_id, mid.entry_id))
+            count = sub.entry_count(base)
+            if data.ack_set:
+                offsets = [base + i for i in range(count) if not _bit(data.ack_set, i)]
+                if cumulative:
+                    sub.ack_cumulative(base - 1)
+            elif cumulative:
+                sub.ack_cumulative(base + count - 1)
+                continue
+            else:
+                offsets = list(range(base, base + count))
+            acks[base] = offsets
+        if acks:
+            sub.ack(acks)
+        if cmd.HasField("request_id"):
+            self.conn.write(responses.ack_response(cmd.consumer_id, cmd.request_id))
+
+    def _on_redeliver(self, frame: Frame) -> None:
+        cmd = frame.command.redeliver_unacknowledged_messages
+        handle = self.conn.consumers.get(cmd.consumer_id)
+        if handle is None:
+            return
+        ledger = handle.topic.ledger
+        bases = None
+        if cmd.message_ids:
+            bases = [ledger.offset_of(MessageId(d.ledger_id, d.entry_id)) for d in cmd.message_ids]
+        handle.subscription.redeliver(handle.consumer, bases)
+
+    async def _on_close_consumer(self, frame: Frame) -> None:
+        cmd = frame.command.close_consumer
+        await self.conn.release_consumer(cmd.consumer_id)
+        self.conn.write(responses.success(cmd.request_id))
+
+    async def _on_unsubscribe(self, frame: Frame) -> None:
+        cmd = frame.command.unsubscribe
+        handle = self.conn.consumers.get(cmd.consumer_id)
+        if handle is None:
+            self.conn.write(
+                responses.error(cmd.request_id, pb.ServerError.ConsumerNotFound, "no such consumer")
+            )
+            return
+        others = [c for c in handle.subscription.consumers if c is not handle.consumer]
+        if others:
+            self.conn.write(
+                responses.error(
+                    cmd.request_id,
+                    pb.ServerError.UnknownError,
+                    f"subscription {handle.subscription.name!r} has {len(others)} other "
+                    "consumer(s); close them before unsubscribing",
+                )
+            )
+            return
+        await self.conn.release_consumer(cmd.consumer_id)
+        if handle.subscription.name in handle.topic.subscriptions:
+            await handle.topic.unsubscribe(handle.subscription.name)
+        self.conn.write(responses.success(cmd.request_id))
+
+    async def _on_seek(self, frame: Frame) -> None:
+        cmd = frame.command.seek
+        handle = self.conn.consumers.get(cmd.consumer_id)
+        if handle is None:
+            self.conn.write(
+                responses.error(cmd.request_id, pb.ServerError.ConsumerNotFound, "no such consumer")
+            )
+            return
+        ledger, sub = handle.topic.ledger, handle.subscription
+        if cmd.HasField("message_publish_time"):
+            offset = await ledger.find_offset(cmd.message_publish_time)
+        else:
+            mid = from_wire(cmd.message_id)
+            offset = _seek_offset(ledger, mid)
+        await sub.seek(offset)
+        self.conn.write(responses.success(cmd.request_id))
+        # As Pulsar does: close the subscription's consumers; clients re-subscribe at once.
+        for consumer in list(sub.consumers):
+            consumer.sink.closed_by_broker(consumer)
+            sub.remove_consumer(consumer)
+        for cid, h in list(self.conn.consumers.items()):
+            if h.subscription is sub:
+                self.conn.consumers.pop(cid)
+
+    async def _on_get_last_message_id(self, frame: Frame) -> None:
+        cmd = frame.command.get_last_message_id
+        handle = self.conn.consumers.get(cmd.consumer_id)
+        if handle is None:
+            self.conn.write(
+                responses.error(cmd.request_id, pb.ServerError.ConsumerNotFound, "no such consumer")
+            )
+            return
+        ledger = handle.topic.ledger
+        mid = MessageId(ledger.segments()[-1].segment_id, -1, -1, handle.partition)
+        if ledger.end_offset > ledger.start_offset:
+            [entry] = (await ledger.read(ledger.end_offset - 1, max_entries=1))[:1]
+            metadata = entry_format.metadata_of(entry.payload)
+            batch_index = entry.count - 1 if metadata.HasField("num_messages_in_batch") else -1
+            eid = ledger.message_id(entry)
+            mid = MessageId(eid.ledger_id, eid.entry_id, batch_index, handle.partition)
+        self.conn.write(responses.get_last_message_id_response(cmd.request_id, mid))
+
+    # -- schemas ------------------------------------------------------------------------
+
+    async def _on_get_schema(self, frame: Frame) -> None:
+        cmd = frame.command.get_schema
+        name = self.conn.topic_name(cmd.topic)
+        version = None
+        if cmd.HasField("schema_version") and len(cmd.schema_version) == 8:
+            (version,) = struct.unpack(">q", cmd.schema_version)
+        found = await self.broker.schemas.get(name.base.path, version)
+        if found is None:
+            self.conn.write(
+                responses.get_schema_error(
+                    cmd.request_id, pb.ServerError.TopicNotFound, f"topic {name} has no schema"
+                )
+            )
+            return
+        n, info = found
+        schema = pb.Schema(name=info.name or name.local, schema_data=info.data)
+        schema.type = pb.Schema.Type.Value(info.type)
+        for k, v in info.properties.items():
+            schema.properties.add(key=k, value=v)
+        self.conn.write(
+            responses.get_schema_response(cmd.request_id, schema, responses.schema_version_bytes(n))
+        )
+
+    async def _on_get_or_create_schema(self, frame: Frame) -> None:
+        cmd = frame.command.get_or_create_schema
+        name = self.conn.topic_name(cmd.topic)
+        strategy = await self.broker.schema_strategy(name)
+        n = await self.broker.schemas.add(name.base.path, _schema_info(cmd.schema), strategy)
+        self.conn.write(
+            responses.get_or_create_schema_response(
+                cmd.request_id, responses.schema_version_bytes(n)
+            )
+        )
+
+
+def _schema_info(schema: pb.Schema) -> SchemaInfo:
+    props = {p.key: p.value for p in schema.properties}
+    return SchemaInfo(
+        pb.Schema.Type.Name(schema.type), bytes(schema.schema_data), props, schema.name
+    )
+
+
+def _bit(words: Any, i: int) -> bool:
+    return bool((words[i // 64] >> (i % 64)) & 1) if i // 64 < len(words) else False
+
+
+def _reader_start(ledger: Any, mid: MessageId) -> int:
+    """Where a reader starting after ``mid`` begins (Pulsar: exclusive of a plain id; the
+    whole entry for a batch id, the client skipping what precedes it)."""
+    if mid.is_earliest or mid.ledger_id < 0:
+        return int(ledger.start_offset)
+    if mid.is_latest:
+        return int(ledger.end_offset)
+    base = int(ledger.offset_of(MessageId(mid.ledger_id, mid.entry_id)))
+    return base if mid.batch_index >= 0 else base + 1
+
+
+def _seek_offset(ledger: Any, mid: MessageId) -> int:
+    if mid.is_earliest or mid.ledger_id < 0:
+        return int(ledger.start_offset)
+    if mid.is_latest:
+        return int(ledger.end_offset)
+    return int(ledger.offset_of(MessageId(mid.ledger_id, mid.entry_id)))

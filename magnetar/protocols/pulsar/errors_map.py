@@ -1,0 +1,28 @@
+"""Broker and storage errors → the Pulsar ServerError a client expects."""
+
+from __future__ import annotations
+
+from magnetar.broker import errors as be
+from magnetar.core.errors import InvalidNameError, MagnetarError
+from magnetar.protocols.pulsar._proto import pulsar_api_pb2 as pb
+from magnetar.storage import StorageError
+
+_MAP: list[tuple[type[MagnetarError], pb.ServerError]] = [
+    (be.SubscriptionNotFoundError, pb.ServerError.SubscriptionNotFound),
+    (be.SchemaNotFoundError, pb.ServerError.TopicNotFound),
+    (be.NotFoundError, pb.ServerError.TopicNotFound),
+    (be.ProducerFencedError, pb.ServerError.ProducerFenced),
+    (be.ProducerBusyError, pb.ServerError.ProducerBusy),
+    (be.ConsumerBusyError, pb.ServerError.ConsumerBusy),
+    (be.IncompatibleSchemaError, pb.ServerError.IncompatibleSchema),
+    (be.InvalidRequestError, pb.ServerError.NotAllowedError),
+    (InvalidNameError, pb.ServerError.InvalidTopicName),
+    (StorageError, pb.ServerError.PersistenceError),
+]
+
+
+def server_error(error: BaseException) -> pb.ServerError:
+    for cls, code in _MAP:
+        if isinstance(error, cls):
+            return code
+    return pb.ServerError.UnknownError

@@ -1,0 +1,262 @@
+"""The Pulsar binary protocol server: one :class:`Connection` per TCP connection.
+
+Frames are decoded as they arrive (pure codec in ``frames``); each command is handled by a
+method of :class:`Connection` (``_on_<command>``). Commands that touch storage run as tasks
+created in arrival order, so a producer's entries are appended in the order it sent them
+and their receipts go back in that order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import Awaitable, Callable
+
+from magnetar import __version__
+from magnetar.broker import Broker, Consumer, Delivery, SubType
+from magnetar.core.errors import MagnetarError
+from magnetar.core.ids import MessageId
+from magnetar.core.names import TopicName
+from magnetar.protocols.pulsar import entry_format, responses
+from magnetar.protocols.pulsar._proto import pulsar_api_pb2 as pb
+from magnetar.protocols.pulsar.commands import Commands
+from magnetar.protocols.pulsar.errors import ChecksumError, ProtocolError
+from magnetar.protocols.pulsar.errors_map import server_error
+from magnetar.protocols.pulsar.frames import (
+    FRAME_PADDING,
+    PROTOCOL_VERSION,
+    Frame,
+    FrameDecoder,
+)
+from magnetar.protocols.pulsar.handles import ConsumerHandle, ProducerHandle
+from magnetar.protocols.pulsar.message_ids import to_wire
+
+log = logging.getLogger(__name__)
+T = pb.BaseCommand.Type
+_request_ids = itertools.count(1 << 40)
+_ = entry_format  # registers the PULSAR entry format with the broker
+
+
+class PulsarServer:
+    """Listens on ``host:port`` and serves ``broker`` to Pulsar clients."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        *,
+        host: str,
+        port: int,
+        advertised_host: str,
+        max_message_size: int,
+    ) -> None:
+        self.broker = broker
+        self.host = host
+        self.port = port
+        self.advertised_host = advertised_host
+        self.max_message_size = max_message_size
+        self._server: asyncio.Server | None = None
+        self.connections: set[Connection] = set()
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(lambda: Connection(self), self.host, self.port)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    @property
+    def service_url(self) -> str:
+        return f"pulsar://{self.advertised_host}:{self.port}"
+
+    async def aclose(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            for conn in list(self.connections):
+                conn.close()
+            await self._server.wait_closed()
+            self._server = None
+
+
+class Connection(asyncio.Protocol):
+    """One client connection: its producers and consumers, and the command handlers."""
+
+    def __init__(self, server: PulsarServer) -> None:
+        self.server = server
+        self.broker = server.broker
+        self.decoder = FrameDecoder(server.max_message_size + FRAME_PADDING)
+        self.transport: asyncio.Transport | None = None
+        self.producers: dict[int, ProducerHandle] = {}
+        self.consumers: dict[int, ConsumerHandle] = {}
+        self._by_consumer: dict[int, ConsumerHandle] = {}  # id(Consumer) → handle
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._handlers: dict[int, Callable[[Frame], Awaitable[None] | None]] = Commands(
+            self
+        ).table()
+
+    # -- transport ----------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.server.connections.add(self)
+
+    def data_received(self, data: bytes) -> None:
+        self.decoder.feed(data)
+        while True:
+            try:
+                frame = self.decoder.next_frame()
+            except ChecksumError as e:
+                self._on_bad_checksum(e)
+                continue
+            except ProtocolError as e:
+                log.warning("closing Pulsar connection %s: %s", self.peer, e)
+                self.close()
+                return
+            if frame is None:
+                return
+            self.dispatch(frame)
+
+    def dispatch(self, frame: Frame) -> None:
+        handler = self._handlers.get(frame.type)
+        if handler is None:
+            log.info("ignoring unsupported Pulsar command %s", T.Name(frame.type))
+            return
+        result = handler(frame)
+        if result is not None:
+            task = asyncio.get_running_loop().create_task(self._guard(result, frame))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _guard(self, work: Awaitable[None], frame: Frame) -> None:
+        try:
+            await work
+        except MagnetarError as e:
+            self.fail(frame, e)
+        except Exception as e:
+            log.exception("Pulsar command %s failed", T.Name(frame.type))
+            self.fail(frame, e)
+
+    def fail(self, frame: Frame, error: BaseException) -> None:
+        """Answer ``frame`` with the error its command type expects."""
+        code, text = server_error(error), str(error)
+        cmd = frame.command
+        if frame.type == T.SEND:
+            self.write(responses.send_error(cmd.send.producer_id, cmd.send.sequence_id, code, text))
+        elif frame.type == T.PARTITIONED_METADATA:
+            rid = cmd.partition_metadata.request_id
+            self.write(responses.partitioned_metadata_error(rid, code, text))
+        elif frame.type == T.LOOKUP:
+            self.write(responses.lookup_error(cmd.lookup_topic.request_id, code, text))
+        elif frame.type == T.GET_SCHEMA:
+            self.write(responses.get_schema_error(cmd.get_schema.request_id, code, text))
+        elif frame.type == T.GET_OR_CREATE_SCHEMA:
+            rid = cmd.get_or_create_schema.request_id
+            self.write(responses.get_or_create_schema_error(rid, code, text))
+        else:
+            body = getattr(cmd, T.Name(frame.type).lower(), None)
+            request_id: int | None = getattr(body, "request_id", None)
+            if request_id is not None:
+                self.write(responses.error(request_id, code, text))
+
+    def _on_bad_checksum(self, e: ChecksumError) -> None:
+        cmd = e.command
+        if cmd is not None and cmd.type == T.SEND:
+            self.write(
+                responses.send_error(
+                    cmd.send.producer_id,
+                    cmd.send.sequence_id,
+                    pb.ServerError.ChecksumError,
+                    "checksum mismatch: the message was corrupted in transit and not stored",
+                )
+            )
+
+    @property
+    def peer(self) -> str:
+        return str(self.transport.get_extra_info("peername")) if self.transport else "?"
+
+    def write(self, data: bytes) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(data)
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.server.connections.discard(self)
+        self.transport = None
+        task = asyncio.get_running_loop().create_task(self._release_all())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _release_all(self) -> None:
+        for handle in list(self.producers.values()):
+            handle.topic.remove_producer(handle.producer)
+        self.producers.clear()
+        for cid in list(self.consumers):
+            await self.release_consumer(cid)
+
+    async def release_consumer(self, consumer_id: int) -> None:
+        handle = self.consumers.pop(consumer_id, None)
+        if handle is None:
+            return
+        self._by_consumer.pop(id(handle.consumer), None)
+        handle.subscription.remove_consumer(handle.consumer)
+        await handle.topic.drop_if_unused(handle.subscription)
+
+    # -- ConsumerSink: the broker reaches consumers through these --------------------------
+
+    def deliver(self, consumer: Consumer, deliveries: list[Delivery]) -> None:
+        handle = self._by_consumer.get(id(consumer))
+        partition = handle.partition if handle else -1
+        frames = []
+        for d in deliveries:
+            mid = MessageId(d.message_id.ledger_id, d.message_id.entry_id, -1, partition)
+            ack_set = _ack_set(d.entry.count, d.acked_indexes) if d.acked_indexes else ()
+            frames.append(
+                responses.message(
+                    consumer.consumer_id,
+                    mid,
+                    d.entry.payload,
+                    redelivery_count=d.redelivery_count,
+                    ack_set=ack_set,
+                )
+            )
+        self.write(b"".join(frames))
+
+    def closed_by_broker(self, consumer: Consumer) -> None:
+        self.write(responses.close_consumer(consumer.consumer_id, next(_request_ids)))
+
+    # -- helpers shared by the command handlers ------------------------------------------
+
+    def register_consumer(self, handle: ConsumerHandle) -> None:
+        self.consumers[handle.consumer.consumer_id] = handle
+        self._by_consumer[id(handle.consumer)] = handle
+
+    def connected_reply(self, client_protocol: int) -> bytes:
+        return responses.connected(
+            f"Magnetar-{__version__}",
+            protocol_version=min(client_protocol or PROTOCOL_VERSION, PROTOCOL_VERSION),
+            max_message_size=self.server.max_message_size,
+        )
+
+    @staticmethod
+    def topic_name(text: str) -> TopicName:
+        return TopicName.parse(text)
+
+    @staticmethod
+    def sub_type(value: int) -> SubType:
+        return SubType(value)
+
+    @staticmethod
+    def wire_id(mid: MessageId) -> pb.MessageIdData:
+        return to_wire(mid)
+
+
+def _ack_set(count: int, acked: list[int]) -> list[int]:
+    """Pulsar's ack set: a bit set over the batch where a set bit means *not yet acked*."""
+    words = [0] * ((count + 63) // 64)
+    done = set(acked)
+    for i in range(count):
+        if i not in done:
+            words[i // 64] |= 1 << (i % 64)
+    return [w - (1 << 64) if w >= 1 << 63 else w for w in words]

@@ -1,0 +1,123 @@
+"""Start a real ``magnetar standalone`` in a child process on free ports, for tests and
+benchmarks. The child is a real server: kill it with SIGKILL to test crash recovery."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+READY = "magnetar standalone ready"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@dataclass
+class StandaloneProcess:
+    """``with StandaloneProcess(data_dir) as server: pulsar.Client(server.pulsar_url)``."""
+
+    data_dir: Path
+    extra_args: list[str] = field(default_factory=list)
+    pulsar_port: int = field(default_factory=free_port)
+    http_port: int = field(default_factory=free_port)
+    kafka_port: int = field(default_factory=free_port)
+    flight_port: int = field(default_factory=free_port)
+    startup_timeout: float = 60.0
+    proc: subprocess.Popen[str] | None = None
+    output: list[str] = field(default_factory=list)
+
+    @property
+    def pulsar_url(self) -> str:
+        return f"pulsar://127.0.0.1:{self.pulsar_port}"
+
+    @property
+    def http_url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
+
+    def command(self) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "magnetar.cli",
+            "standalone",
+            "--data-dir",
+            str(self.data_dir),
+            "--bind-address",
+            "127.0.0.1",
+            "--pulsar-port",
+            str(self.pulsar_port),
+            "--http-port",
+            str(self.http_port),
+            "--kafka-port",
+            str(self.kafka_port),
+            "--flight-port",
+            str(self.flight_port),
+            *self.extra_args,
+        ]
+
+    def start(self) -> StandaloneProcess:
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        self.proc = subprocess.Popen(
+            self.command(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+        )
+        ready = threading.Event()
+        threading.Thread(target=self._pump, args=(ready,), daemon=True).start()
+        if not ready.wait(self.startup_timeout) or self.proc.poll() is not None:
+            self.kill()
+            raise RuntimeError("standalone did not start:\n" + "".join(self.output[-50:]))
+        return self
+
+    def _pump(self, ready: threading.Event) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.output.append(line)
+            if READY in line:
+                ready.set()
+        ready.set()  # the process ended: let start() notice
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown code runs (crash test)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        self._reap()
+
+    def stop(self, timeout: float = 30) -> int:
+        """SIGTERM and wait for a clean exit; returns the exit code."""
+        if self.proc is None:
+            return 0
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        code = self._reap()
+        return code
+
+    def _reap(self) -> int:
+        assert self.proc is not None
+        code = self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        return code
+
+    def __enter__(self) -> StandaloneProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
