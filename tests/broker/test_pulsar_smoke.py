@@ -14,9 +14,7 @@ def test_produce_consume_batched_and_not(standalone: StandaloneProcess) -> None:
         batched = client.create_producer(
             "smoke", batching_enabled=True, batching_max_publish_delay_ms=5
         )
-        consumer = client.subscribe(
-            "smoke", "s", initial_position=pulsar.InitialPosition.Earliest
-        )
+        consumer = client.subscribe("smoke", "s", initial_position=pulsar.InitialPosition.Earliest)
         sent = [b"plain-%d" % i for i in range(5)]
         for m in sent:
             plain.send(m)
