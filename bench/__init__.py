@@ -1,0 +1,1 @@
+"""Benchmarks: run as scripts with the repository on PYTHONPATH (see docs/benchmarks.md)."""
