@@ -35,6 +35,7 @@ _STANDALONE_FLAGS: list[tuple[str, str, type, str]] = [
     ("--deduplication", "deduplication_enabled", str, "broker-wide dedup default: true|false"),
     ("--schema-compatibility", "schema_compatibility_strategy", str, "default strategy (FULL)"),
     ("--max-message-size", "max_message_size", int, "largest message or batch in bytes"),
+    ("--retention-check-interval", "retention_check_interval", float, "seconds between sweeps"),
 ]
 
 

@@ -10,10 +10,12 @@ from __future__ import annotations
 import asyncio
 import signal
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from magnetar.broker import Broker, BrokerSettings
+from magnetar.broker.retention import RetentionService
 from magnetar.core.config import Settings
+from magnetar.http.server import HttpServer
 from magnetar.meta import MetadataStore, open_metadata_store
 from magnetar.protocols.pulsar.server import PulsarServer
 from magnetar.storage import StorageEngine
@@ -28,7 +30,8 @@ class Standalone:
     storage: StorageEngine
     broker: Broker
     pulsar: PulsarServer | None = None
-    closers: list[Callable[[], object]] = field(default_factory=list)
+    http: HttpServer | None = None
+    retention: RetentionService | None = None
 
     @classmethod
     async def start(cls, settings: Settings) -> Standalone:
@@ -51,6 +54,16 @@ class Standalone:
                 max_message_size=settings.max_message_size,
             )
             await node.pulsar.start()
+            node.http = HttpServer(
+                broker,
+                host=settings.bind_address,
+                port=settings.http_port,
+                advertised=settings.advertised_address or settings.bind_address,
+                service_url=node.pulsar.service_url,
+            )
+            await node.http.start()
+            node.retention = RetentionService(broker, interval=settings.retention_check_interval)
+            node.retention.start()
         except BaseException:
             await node.aclose()
             raise
@@ -59,15 +72,20 @@ class Standalone:
     def describe(self) -> str:
         s = self.settings
         pulsar = self.pulsar.service_url if self.pulsar else "off"
+        http = self.http.url if self.http else "off"
         return (
             f"magnetar standalone ready: data in {s.data_dir.resolve()} "
             f"(journal {s.journal_path}, ledgers {s.ledger_path}, metadata {s.metadata}, "
-            f"fsync {s.fsync}); pulsar {pulsar}; "
+            f"fsync {s.fsync}); pulsar {pulsar}; http {http}; "
             f"{len(self.storage.partitions())} partition(s)"
         )
 
     async def aclose(self) -> None:
         try:
+            if self.retention is not None:
+                await self.retention.aclose()
+            if self.http is not None:
+                await self.http.aclose()
             if self.pulsar is not None:
                 await self.pulsar.aclose()
             await self.broker.aclose()

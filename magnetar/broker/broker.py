@@ -100,6 +100,23 @@ class Broker:
             path, json.dumps({"partitions": partitions}).encode(), expected_version=-1
         )
 
+    async def set_partitions(self, name: TopicName, partitions: int) -> None:
+        path = paths.partitioned_path(name.tenant, name.namespace, name.local)
+        await self.meta.put(path, json.dumps({"partitions": partitions}).encode())
+
+    async def delete_topic(self, topic: Topic) -> None:
+        """Unload ``topic`` and delete its data, cursors, dedup state and registration."""
+        name = topic.name
+        self.topics.pop(str(name), None)
+        await topic.aclose()
+        await self.meta.delete_recursive(topic.cursor_root)
+        await self.meta.delete_recursive(f"/dedup/{name.path}")
+        if self.storage.has_partition(name.path):
+            await self.storage.delete_partition(name.path)
+        await self.meta.delete_recursive(paths.topic_path(name.tenant, name.namespace, name.local))
+        if name.partition < 0:
+            await self.schemas.delete(name.path)
+
     async def topic_exists(self, name: TopicName) -> bool:
         return await self.meta.exists(paths.topic_path(name.tenant, name.namespace, name.local))
 

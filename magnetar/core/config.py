@@ -69,6 +69,7 @@ class Settings:
     schema_compatibility_strategy: str = "FULL"  # Pulsar's broker default (namespace UNDEFINED)
     max_message_size: int = 5 * MiB
     allow_auto_topic_creation: bool = True
+    retention_check_interval: float = 30.0  # seconds between retention / TTL sweeps
 
     @property
     def journal_path(self) -> Path:
@@ -98,6 +99,7 @@ _POSITIVE = {
     "index_interval_bytes",
     "tail_cache_bytes",
     "max_message_size",
+    "retention_check_interval",
 }
 _STRATEGIES = {
     "ALWAYS_INCOMPATIBLE",

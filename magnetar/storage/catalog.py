@@ -145,3 +145,13 @@ async def save_checkpoint(
         "synced": {str(k): v for k, v in synced.items()},
     }
     await meta.put(f"{ROOT}/checkpoint", json.dumps(body, sort_keys=True).encode())
+
+
+async def delete_segment(meta: MetadataStore, seg: Segment) -> None:
+    await meta.delete(segment_path(seg.info))
+
+
+async def delete_partition(meta: MetadataStore, part: PartitionLog) -> None:
+    """Forget a partition: its segment records, then its name (files are the caller's)."""
+    await meta.delete_recursive(segments_path(part.partition_id))
+    await meta.delete(partition_path(part.name))

@@ -129,6 +129,36 @@ class StorageEngine:
             await catalog.new_segment(self.meta, self.settings, part, self.clock)
             self._partitions[name] = part
 
+    async def delete_partition(self, name: str) -> None:
+        """Delete a partition and all its data. Durable when this returns."""
+        part = self._part(name)
+        async with self._io_lock:
+            del self._partitions[name]
+            self._dirty.discard(part)
+            await catalog.delete_partition(self.meta, part)
+            await asyncio.get_running_loop().run_in_executor(self._writer, _remove_files, part)
+
+    async def trim(self, name: str, before: int) -> list[SegmentInfo]:
+        """Delete every closed segment whose messages all lie before offset ``before``.
+
+        Returns the deleted segments' records. Readers positioned in a deleted segment get
+        OffsetOutOfRangeError (never a missing-file error); the open segment is never trimmed.
+        """
+        part = self._part(name)
+        async with self._io_lock:
+            doomed = [
+                s
+                for s in part.segments[:-1]
+                if s.info.end_offset <= before and s.info.state is not SegmentState.OPEN
+            ]
+            if not doomed:
+                return []
+            part.segments = [s for s in part.segments if s not in doomed]
+            for seg in doomed:
+                await catalog.delete_segment(self.meta, seg)
+            await asyncio.get_running_loop().run_in_executor(self._writer, _unlink_segments, doomed)
+            return [dataclasses.replace(s.info, state=SegmentState.DELETED) for s in doomed]
+
     def has_partition(self, name: str) -> bool:
         return name in self._partitions
 
@@ -361,9 +391,10 @@ class StorageEngine:
         CorruptionError (file and position) when stored bytes fail their checksum.
         """
         part = self._part(name)
-        cached = part.cache.read(offset, max_entries, max_bytes)
-        if cached is not None:
-            return cached
+        if offset >= part.start_offset:
+            cached = part.cache.read(offset, max_entries, max_bytes)
+            if cached is not None:
+                return cached
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._readers, part.read, offset, max_entries, max_bytes)
 
@@ -408,6 +439,20 @@ class StorageEngine:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+def _unlink_segments(segments: list[Segment]) -> None:
+    for seg in segments:
+        seg.close()
+        for suffix in (".log", ".index", ".timeindex"):
+            seg.path.with_suffix(suffix).unlink(missing_ok=True)
+
+
+def _remove_files(part: PartitionLog) -> None:
+    _unlink_segments(part.segments)
+    part.close()
+    with contextlib.suppress(OSError):
+        part.directory.rmdir()
 
 
 __all__ = ["EngineStats", "StorageEngine"]

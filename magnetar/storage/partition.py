@@ -5,7 +5,7 @@ from __future__ import annotations
 import bisect
 from pathlib import Path
 
-from magnetar.storage.errors import OffsetOutOfRangeError
+from magnetar.storage.errors import CorruptionError, OffsetOutOfRangeError
 from magnetar.storage.records import Entry
 from magnetar.storage.segment import Segment, SegmentState
 from magnetar.storage.tail_cache import TailCache
@@ -63,7 +63,16 @@ class PartitionLog:
         out: list[Entry] = []
         while offset < self.end_offset and len(out) < max_entries and max_bytes > 0:
             segment = self.segment_for(offset)
-            got = segment.read(offset, max_entries - len(out), max_bytes, segment.info.size)
+            try:
+                got = segment.read(offset, max_entries - len(out), max_bytes, segment.info.size)
+            except CorruptionError:
+                if segment in self.segments:
+                    raise
+                # Retention deleted the segment while we read it: say so plainly.
+                raise OffsetOutOfRangeError(
+                    f"offset {offset} of {self.name} was deleted by retention; the first "
+                    f"stored offset is now {self.start_offset}"
+                ) from None
             if not got:
                 break
             out.extend(got)

@@ -125,3 +125,34 @@ async def test_bad_calls_get_clear_errors(open_engine: OpenEngine) -> None:
     await engine.aclose()
     with pytest.raises(ClosedError):
         await engine.append("p", b"late")
+
+
+async def test_trim_deletes_only_closed_segments_wholly_before(open_engine: OpenEngine) -> None:
+    engine = await open_engine(segment_max_entries=10)
+    await engine.create_partition("p")
+    for i in range(35):
+        await engine.append("p", b"m%d" % i)
+    deleted = await engine.trim("p", 25)
+    assert [(s.first_offset, s.end_offset) for s in deleted] == [(0, 10), (10, 20)]
+    assert engine.start_offset("p") == 20
+    with pytest.raises(OffsetOutOfRangeError):
+        await engine.read("p", 5)
+    assert [o for o, _ in await read_all(engine, "p", 20)] == list(range(20, 35))
+    assert not any(engine.ledger_dir.rglob("00000000000000000001.log"))
+    engine = await reopen(engine, open_engine, segment_max_entries=10)
+    assert engine.start_offset("p") == 20
+    assert engine.end_offset("p") == 35
+
+
+async def test_delete_partition_removes_data_and_name(open_engine: OpenEngine) -> None:
+    engine = await open_engine()
+    await engine.create_partition("p")
+    await engine.append("p", b"x")
+    await engine.delete_partition("p")
+    assert not engine.has_partition("p")
+    with pytest.raises(PartitionNotFoundError):
+        await engine.read("p", 0)
+    engine = await reopen(engine, open_engine)
+    assert engine.partitions() == []
+    await engine.create_partition("p")
+    assert engine.end_offset("p") == 0

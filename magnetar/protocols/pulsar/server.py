@@ -9,9 +9,10 @@ and their receipts go back in that order.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 
 from magnetar import __version__
 from magnetar.broker import Broker, Consumer, Delivery, SubType
@@ -87,6 +88,7 @@ class Connection(asyncio.Protocol):
         self.producers: dict[int, ProducerHandle] = {}
         self.consumers: dict[int, ConsumerHandle] = {}
         self._by_consumer: dict[int, ConsumerHandle] = {}  # id(Consumer) → handle
+        self._opening: dict[int, asyncio.Task[object]] = {}  # producer id → PRODUCER task
         self._tasks: set[asyncio.Task[None]] = set()
         self._handlers: dict[int, Callable[[Frame], Awaitable[None] | None]] = Commands(
             self
@@ -189,6 +191,8 @@ class Connection(asyncio.Protocol):
         task.add_done_callback(self._tasks.discard)
 
     async def _release_all(self) -> None:
+        for producer_id in list(self._opening):
+            self.cancel_opening_producer(producer_id)
         for handle in list(self.producers.values()):
             handle.topic.remove_producer(handle.producer)
         self.producers.clear()
@@ -202,6 +206,24 @@ class Connection(asyncio.Protocol):
         self._by_consumer.pop(id(handle.consumer), None)
         handle.subscription.remove_consumer(handle.consumer)
         await handle.topic.drop_if_unused(handle.subscription)
+
+    @contextlib.contextmanager
+    def opening_producer(self, producer_id: int) -> Iterator[None]:
+        """Mark the running PRODUCER command as in progress, so that CLOSE_PRODUCER or a
+        lost connection can cancel it while it waits (WaitForExclusive)."""
+        task = asyncio.current_task()
+        assert task is not None
+        self._opening[producer_id] = task
+        try:
+            yield
+        finally:
+            if self._opening.get(producer_id) is task:
+                del self._opening[producer_id]
+
+    def cancel_opening_producer(self, producer_id: int) -> None:
+        task = self._opening.pop(producer_id, None)
+        if task is not None:
+            task.cancel()
 
     # -- ConsumerSink: the broker reaches consumers through these --------------------------
 
@@ -224,6 +246,10 @@ class Connection(asyncio.Protocol):
         self.write(b"".join(frames))
 
     def closed_by_broker(self, consumer: Consumer) -> None:
+        """The broker dropped ``consumer`` (seek, reset, delete): tell the client, forget it."""
+        handle = self._by_consumer.pop(id(consumer), None)
+        if handle is not None and self.consumers.get(consumer.consumer_id) is handle:
+            del self.consumers[consumer.consumer_id]
         self.write(responses.close_consumer(consumer.consumer_id, next(_request_ids)))
 
     # -- helpers shared by the command handlers ------------------------------------------

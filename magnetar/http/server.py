@@ -1,0 +1,99 @@
+"""The HTTP server: Pulsar-compatible admin REST API (``/admin/v2``), lookup and ``/docs``.
+
+Every refusal is a 4xx with a JSON body ``{"reason": "..."}`` saying what is wrong, as
+Pulsar's admin API does; a refused call changes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from aiohttp import web
+
+from magnetar import __version__
+from magnetar.broker import Broker
+from magnetar.broker import errors as be
+from magnetar.broker.admin import PreconditionFailedError, TopicAdmin
+from magnetar.core.errors import InvalidNameError, MagnetarError
+from magnetar.http import tenants, topics
+from magnetar.http.routes import Handler, Route, ok, openapi
+
+log = logging.getLogger(__name__)
+
+_STATUS: list[tuple[type[MagnetarError], int]] = [
+    (PreconditionFailedError, 412),
+    (be.NotFoundError, 404),
+    (be.AlreadyExistsError, 409),
+    (be.NotEmptyError, 409),
+    (be.IncompatibleSchemaError, 409),
+    (InvalidNameError, 412),
+    (be.InvalidRequestError, 400),
+]
+
+
+def status_of(error: MagnetarError) -> int:
+    for cls, status in _STATUS:
+        if isinstance(error, cls):
+            return status
+    return 500
+
+
+@web.middleware
+async def errors_as_json(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except MagnetarError as e:
+        return web.json_response({"reason": str(e)}, status=status_of(e))
+    except web.HTTPException as e:
+        if e.status >= 400:
+            return web.json_response({"reason": e.reason}, status=e.status)
+        raise
+
+
+class HttpServer:
+    """Serves the admin API for ``broker`` on ``host:port``."""
+
+    def __init__(self, broker: Broker, *, host: str, port: int, advertised: str, service_url: str):
+        self.broker = broker
+        self.host = host
+        self.port = port
+        self.advertised = advertised
+        self.service_url = service_url
+        self.admin = TopicAdmin(broker)
+        self.extra_routes: list[Route] = []
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.advertised}:{self.port}"
+
+    def routes(self) -> list[Route]:
+        table = tenants.routes(self.broker)
+        table += topics.routes(self.broker, self.admin, self.service_url)
+        return table + self.extra_routes
+
+    def build_app(self) -> web.Application:
+        app = web.Application(middlewares=[errors_as_json])
+        table = self.routes()
+        spec = openapi(table, __version__)
+
+        async def docs(request: web.Request) -> web.Response:
+            return ok(spec)
+
+        for route in table:
+            app.router.add_route(route.method, route.path, route.handler)
+        app.router.add_get("/docs", docs)
+        app.router.add_get("/openapi.json", docs)
+        return app
+
+    async def start(self) -> None:
+        self._runner = web.AppRunner(self.build_app(), access_log=None)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, self.host, self.port).start()
+        if self.port == 0:
+            self.port = self._runner.addresses[0][1]
+
+    async def aclose(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None

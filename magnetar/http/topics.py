@@ -1,0 +1,168 @@
+"""``/admin/v2/persistent/...``: topics, partitions, stats and subscriptions; and lookup."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from magnetar.broker import Broker
+from magnetar.broker.admin import TopicAdmin
+from magnetar.broker.errors import InvalidRequestError
+from magnetar.core.ids import EARLIEST, LATEST, MessageId
+from magnetar.core.names import TopicName, check_part
+from magnetar.http.routes import Route, json_body, no_content, ok
+
+P = "/admin/v2/persistent/{tenant}/{namespace}"
+T = P + "/{topic}"
+S = T + "/subscription/{subscription}"
+
+
+def topic_of(request: web.Request) -> TopicName:
+    m = request.match_info
+    return TopicName.parse(f"persistent://{m['tenant']}/{m['namespace']}/{m['topic']}")
+
+
+def _force(request: web.Request) -> bool:
+    return request.query.get("force", "false").lower() == "true"
+
+
+def _count(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidRequestError(
+            f"the number of partitions must be an integer >= 1, got {value!r}"
+        )
+    return value
+
+
+def _message_id(body: Any, query: str | None) -> MessageId:
+    """Pulsar's ResetCursorData / MessageIdImpl body, or ``?messageId=earliest|latest``."""
+    if query in (None, "", "latest") and not body:
+        return LATEST
+    if query == "earliest":
+        return EARLIEST
+    if isinstance(body, dict) and "ledgerId" in body and "entryId" in body:
+        return MessageId(
+            int(body["ledgerId"]), int(body["entryId"]), int(body.get("batchIndex", -1))
+        )
+    raise InvalidRequestError(
+        'position must be {"ledgerId": L, "entryId": E} or ?messageId=earliest|latest'
+    )
+
+
+def routes(broker: Broker, admin: TopicAdmin, service_url: str) -> list[Route]:
+    async def list_topics(request: web.Request) -> web.Response:
+        m = request.match_info
+        return ok(await broker.list_topics(m["tenant"], m["namespace"]))
+
+    async def list_partitioned(request: web.Request) -> web.Response:
+        m = request.match_info
+        await broker.namespaces.policies(m["tenant"], m["namespace"])
+        names = await broker.meta.list_children(
+            f"/admin/partitioned/{m['tenant']}/{m['namespace']}"
+        )
+        return ok([f"persistent://{m['tenant']}/{m['namespace']}/{n}" for n in names])
+
+    async def create_topic(request: web.Request) -> web.Response:
+        await admin.create(topic_of(request))
+        return no_content()
+
+    async def delete_topic(request: web.Request) -> web.Response:
+        await admin.delete(topic_of(request), force=_force(request))
+        return no_content()
+
+    async def create_partitions(request: web.Request) -> web.Response:
+        await broker.create_partitioned_topic(topic_of(request), _count(await json_body(request)))
+        return no_content()
+
+    async def get_partitions(request: web.Request) -> web.Response:
+        name = topic_of(request)
+        await broker.policies(name)
+        return ok({"partitions": await broker.partitions(name)})
+
+    async def grow_partitions(request: web.Request) -> web.Response:
+        await admin.grow_partitions(topic_of(request), _count(await json_body(request)))
+        return no_content()
+
+    async def delete_partitions(request: web.Request) -> web.Response:
+        await admin.delete_partitioned(topic_of(request), force=_force(request))
+        return no_content()
+
+    async def stats(request: web.Request) -> web.Response:
+        return ok(await admin.stats(topic_of(request)))
+
+    async def internal_stats(request: web.Request) -> web.Response:
+        return ok(await admin.internal_stats(topic_of(request)))
+
+    async def last_message_id(request: web.Request) -> web.Response:
+        return ok(await admin.last_message_id(topic_of(request)))
+
+    async def subscriptions(request: web.Request) -> web.Response:
+        topic = await admin.require(topic_of(request))
+        return ok(sorted(topic.subscriptions))
+
+    async def create_subscription(request: web.Request) -> web.Response:
+        sub = check_part("subscription", request.match_info["subscription"])
+        body = await json_body(request, required=False)
+        at = _message_id(body, request.query.get("messageId"))
+        await admin.create_subscription(topic_of(request), sub, at)
+        return no_content()
+
+    async def delete_subscription(request: web.Request) -> web.Response:
+        sub = request.match_info["subscription"]
+        await admin.delete_subscription(topic_of(request), sub, force=_force(request))
+        return no_content()
+
+    async def skip(request: web.Request) -> web.Response:
+        try:
+            n = int(request.match_info["count"])
+        except ValueError:
+            raise InvalidRequestError("skip count must be an integer") from None
+        await admin.skip(topic_of(request), request.match_info["subscription"], n)
+        return no_content()
+
+    async def skip_all(request: web.Request) -> web.Response:
+        await admin.skip_all(topic_of(request), request.match_info["subscription"])
+        return no_content()
+
+    async def reset_cursor(request: web.Request) -> web.Response:
+        try:
+            ts = int(request.match_info["timestamp"])
+        except ValueError:
+            raise InvalidRequestError("timestamp must be epoch milliseconds") from None
+        await admin.reset_cursor(topic_of(request), request.match_info["subscription"], ts)
+        return no_content()
+
+    async def lookup(request: web.Request) -> web.Response:
+        name = topic_of(request)
+        await broker.policies(name)
+        return ok(
+            {
+                "brokerUrl": service_url,
+                "brokerUrlTls": "",
+                "httpUrl": f"http://{request.host}",
+                "httpUrlTls": "",
+                "nativeUrl": service_url,
+            }
+        )
+
+    return [
+        Route("GET", P, list_topics, "List topics (partitions included)"),
+        Route("GET", P + "/partitioned", list_partitioned, "List partitioned topics"),
+        Route("PUT", T, create_topic, "Create a non-partitioned topic"),
+        Route("DELETE", T, delete_topic, "Delete a topic (?force=true)"),
+        Route("PUT", T + "/partitions", create_partitions, "Create a partitioned topic", "N"),
+        Route("GET", T + "/partitions", get_partitions, "Partitioned topic metadata"),
+        Route("POST", T + "/partitions", grow_partitions, "Increase partitions", "N"),
+        Route("DELETE", T + "/partitions", delete_partitions, "Delete a partitioned topic"),
+        Route("GET", T + "/stats", stats, "Topic stats"),
+        Route("GET", T + "/internal-stats", internal_stats, "Segments and cursors"),
+        Route("GET", T + "/lastMessageId", last_message_id, "Last message id"),
+        Route("GET", T + "/subscriptions", subscriptions, "List subscriptions"),
+        Route("PUT", S, create_subscription, "Create a subscription", "MessageId (optional)"),
+        Route("DELETE", S, delete_subscription, "Delete a subscription (?force=true)"),
+        Route("POST", S + "/skip/{count}", skip, "Skip N messages"),
+        Route("POST", S + "/skip_all", skip_all, "Skip the whole backlog"),
+        Route("POST", S + "/resetcursor/{timestamp}", reset_cursor, "Reset to a publish time"),
+        Route("GET", "/lookup/v2/topic/persistent/{tenant}/{namespace}/{topic}", lookup, "Lookup"),
+    ]
