@@ -5,10 +5,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import os
 import sys
 from collections.abc import Sequence
 
 from magnetar import __version__
+from magnetar.cli.admin import add_admin
+from magnetar.cli.client import add_client
+from magnetar.cli.rest import RestClient
 from magnetar.core.config import Settings, build_settings
 from magnetar.core.errors import MagnetarError
 
@@ -57,6 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     for flag, dest, kind, text in _STANDALONE_FLAGS:
         standalone.add_argument(flag, dest=dest, type=kind, help=text)
     standalone.set_defaults(handler=_standalone)
+    add_admin(commands)
+    add_client(commands)
     return parser
 
 
@@ -72,9 +79,27 @@ def _standalone(args: argparse.Namespace) -> int:
     return 0
 
 
+def _admin(args: argparse.Namespace) -> int:
+    url = args.url or os.environ.get("MAGNETAR_URL", "http://localhost:8080")
+    result = args.admin_action(args, RestClient(url))
+    if args.json:
+        print(json.dumps(result if result is not None else {"ok": True}, indent=2))
+    elif result is None:
+        print("ok")
+    elif isinstance(result, list):
+        print("\n".join(str(x) for x in result))
+    elif isinstance(result, dict):
+        print(json.dumps(result, indent=2))
+    else:
+        print(result)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command == "admin":
+        args.handler = _admin
     try:
         code: int = args.handler(args)
     except MagnetarError as e:
@@ -83,7 +108,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return EXIT_ERROR
     return code
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,348 @@
+"""``magnetar admin tenants|namespaces|topics|subscriptions ...``: pulsar-admin habits.
+
+Each command maps to one REST call (or a few). Results print as readable text, or as JSON
+with ``--json``; a refused call prints the server's reason and exits with code 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+
+from magnetar.cli.rest import AdminCallError, RestClient, namespace_path, topic_path
+
+Action = Callable[[argparse.Namespace, RestClient], Any]
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+_SIZES = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def seconds(text: str) -> int:
+    """``90``, ``90s``, ``10m``, ``2h``, ``1d``; ``-1`` = unlimited."""
+    m = re.fullmatch(r"(-?\d+)([smhdw]?)", text.strip().lower())
+    if not m:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 30s, 10m, 2h, 1d, -1)")
+    return int(m.group(1)) * _UNITS.get(m.group(2) or "s", 1)
+
+
+def size_bytes(text: str) -> int:
+    """``100``, ``10K``, ``5M``, ``1G``; ``-1`` = unlimited."""
+    m = re.fullmatch(r"(-?\d+)([kmgt]?)b?", text.strip().lower())
+    if not m:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 100M, 1G, -1)")
+    return int(m.group(1)) * _SIZES.get(m.group(2), 1)
+
+
+def _position(text: str) -> dict[str, int] | None:
+    if text == "latest":
+        return None
+    if text == "earliest":
+        return {"ledgerId": -1, "entryId": -1}
+    ledger, _, entry = text.partition(":")
+    if not (ledger.lstrip("-").isdigit() and entry.lstrip("-").isdigit()):
+        raise AdminCallError(f"message id must be earliest, latest or LEDGER:ENTRY, got {text!r}")
+    return {"ledgerId": int(ledger), "entryId": int(entry)}
+
+
+def _timestamp(text: str) -> int:
+    """Epoch milliseconds, or a relative time back from now (``10m``)."""
+    if text.isdigit() and len(text) > 9:
+        return int(text)
+    return int(time.time() * 1000) - seconds(text) * 1000
+
+
+# -- tenants --------------------------------------------------------------------------------
+
+TENANTS: list[tuple[str, str, list[tuple[list[str], dict[str, Any]]], Action]] = [
+    ("list", "list tenants", [], lambda a, r: r.call("GET", "/admin/v2/tenants")),
+    (
+        "get",
+        "show a tenant",
+        [(["tenant"], {})],
+        lambda a, r: r.call("GET", f"/admin/v2/tenants/{a.tenant}"),
+    ),
+    (
+        "create",
+        "create a tenant",
+        [
+            (["tenant"], {}),
+            (["--admin-roles", "-r"], {"default": "", "help": "comma-separated roles"}),
+            (["--allowed-clusters", "-c"], {"default": "standalone", "help": "comma-separated"}),
+        ],
+        lambda a, r: r.call("PUT", f"/admin/v2/tenants/{a.tenant}", _tenant_body(a)),
+    ),
+    (
+        "update",
+        "update a tenant",
+        [
+            (["tenant"], {}),
+            (["--admin-roles", "-r"], {"default": ""}),
+            (["--allowed-clusters", "-c"], {"default": "standalone"}),
+        ],
+        lambda a, r: r.call("POST", f"/admin/v2/tenants/{a.tenant}", _tenant_body(a)),
+    ),
+    (
+        "delete",
+        "delete an empty tenant",
+        [(["tenant"], {})],
+        lambda a, r: r.call("DELETE", f"/admin/v2/tenants/{a.tenant}"),
+    ),
+]
+
+
+def _tenant_body(a: argparse.Namespace) -> dict[str, list[str]]:
+    split = lambda s: [x for x in s.split(",") if x]  # noqa: E731
+    return {"adminRoles": split(a.admin_roles), "allowedClusters": split(a.allowed_clusters)}
+
+
+# -- namespaces -----------------------------------------------------------------------------
+
+_NS: list[tuple[list[str], dict[str, Any]]] = [(["namespace"], {"help": "TENANT/NAMESPACE"})]
+
+
+def _ns(a: argparse.Namespace, suffix: str = "") -> str:
+    return namespace_path(a.namespace) + suffix
+
+
+NAMESPACES: list[tuple[str, str, list[tuple[list[str], dict[str, Any]]], Action]] = [
+    (
+        "list",
+        "list the namespaces of a tenant",
+        [(["tenant"], {})],
+        lambda a, r: r.call("GET", f"/admin/v2/namespaces/{a.tenant}"),
+    ),
+    ("create", "create a namespace", _NS, lambda a, r: r.call("PUT", _ns(a))),
+    ("delete", "delete an empty namespace", _NS, lambda a, r: r.call("DELETE", _ns(a))),
+    ("policies", "show all policies", _NS, lambda a, r: r.call("GET", _ns(a))),
+    ("topics", "list topics", _NS, lambda a, r: r.call("GET", _ns(a, "/topics"))),
+    (
+        "set-retention",
+        "keep acknowledged messages for a time and/or size (-1: unlimited)",
+        [
+            *_NS,
+            (["--time", "-t"], {"type": seconds, "required": True, "help": "e.g. 10m, 2h, -1"}),
+            (["--size", "-s"], {"type": size_bytes, "required": True, "help": "e.g. 100M, -1"}),
+        ],
+        lambda a, r: r.call(
+            "POST",
+            _ns(a, "/retention"),
+            {
+                "retentionTimeInMinutes": a.time // 60 if a.time >= 0 else -1,
+                "retentionSizeInMB": a.size // (1 << 20) if a.size >= 0 else -1,
+            },
+        ),
+    ),
+    ("get-retention", "show retention", _NS, lambda a, r: r.call("GET", _ns(a, "/retention"))),
+    ("remove-retention", "", _NS, lambda a, r: r.call("DELETE", _ns(a, "/retention"))),
+    (
+        "set-message-ttl",
+        "expire unacknowledged messages after a time",
+        [
+            *_NS,
+            (["--messageTTL", "--ttl", "-ttl"], {"dest": "ttl", "type": seconds, "required": True}),
+        ],
+        lambda a, r: r.call("POST", _ns(a, "/messageTTL"), a.ttl),
+    ),
+    ("get-message-ttl", "", _NS, lambda a, r: r.call("GET", _ns(a, "/messageTTL"))),
+    ("remove-message-ttl", "", _NS, lambda a, r: r.call("DELETE", _ns(a, "/messageTTL"))),
+    (
+        "set-deduplication",
+        "turn broker deduplication on or off for the namespace",
+        [
+            *_NS,
+            (["--enable", "-e"], {"action": "store_true"}),
+            (["--disable", "-d"], {"action": "store_true"}),
+        ],
+        lambda a, r: r.call("POST", _ns(a, "/deduplication"), _enable(a)),
+    ),
+    ("get-deduplication", "", _NS, lambda a, r: r.call("GET", _ns(a, "/deduplication"))),
+    (
+        "set-schema-compatibility-strategy",
+        "BACKWARD, FORWARD, FULL, *_TRANSITIVE, ALWAYS_COMPATIBLE, ALWAYS_INCOMPATIBLE",
+        [*_NS, (["--compatibility", "-c"], {"required": True})],
+        lambda a, r: r.call("PUT", _ns(a, "/schemaCompatibilityStrategy"), a.compatibility.upper()),
+    ),
+    (
+        "get-schema-compatibility-strategy",
+        "",
+        _NS,
+        lambda a, r: r.call("GET", _ns(a, "/schemaCompatibilityStrategy")),
+    ),
+    (
+        "set-offload-threshold",
+        "offload when a topic's local data exceeds this size (-1: off, 0: at once)",
+        [*_NS, (["--size", "-s"], {"type": size_bytes, "required": True})],
+        lambda a, r: r.call("PUT", _ns(a, "/offloadThreshold"), a.size),
+    ),
+    ("get-offload-threshold", "", _NS, lambda a, r: r.call("GET", _ns(a, "/offloadThreshold"))),
+    (
+        "set-offload-deletion-lag",
+        "delete local copies this long after offload",
+        [*_NS, (["--lag", "-l"], {"type": seconds, "required": True})],
+        lambda a, r: r.call("PUT", _ns(a, "/offloadDeletionLagMs"), a.lag * 1000),
+    ),
+    (
+        "get-offload-deletion-lag",
+        "",
+        _NS,
+        lambda a, r: r.call("GET", _ns(a, "/offloadDeletionLagMs")),
+    ),
+    (
+        "set-backlog-quota",
+        "limit the backlog size",
+        [
+            *_NS,
+            (["--limit", "-l"], {"type": size_bytes, "required": True}),
+            (["--policy", "-p"], {"default": "producer_request_hold"}),
+        ],
+        lambda a, r: r.call(
+            "POST", _ns(a, "/backlogQuota"), {"limitSize": a.limit, "policy": a.policy}
+        ),
+    ),
+    ("get-backlog-quotas", "", _NS, lambda a, r: r.call("GET", _ns(a, "/backlogQuotaMap"))),
+]
+
+
+def _enable(a: argparse.Namespace) -> bool:
+    if a.enable == a.disable:
+        raise AdminCallError("give exactly one of --enable or --disable")
+    return bool(a.enable)
+
+
+# -- topics and subscriptions ---------------------------------------------------------------
+
+Arg = tuple[list[str], dict[str, Any]]
+_TOPIC: list[Arg] = [(["topic"], {"help": "persistent://TENANT/NS/TOPIC or a short name"})]
+_SUB: list[Arg] = [*_TOPIC, (["--subscription", "-s"], {"required": True})]
+_FORCE: Arg = (["--force", "-f"], {"action": "store_true"})
+
+
+def _t(a: argparse.Namespace, suffix: str = "") -> str:
+    return topic_path(a.topic) + suffix
+
+
+def _s(a: argparse.Namespace, suffix: str = "") -> str:
+    return topic_path(a.topic) + f"/subscription/{a.subscription}" + suffix
+
+
+def _q(a: argparse.Namespace) -> str:
+    return "?force=true" if getattr(a, "force", False) else ""
+
+
+TOPICS: list[tuple[str, str, list[tuple[list[str], dict[str, Any]]], Action]] = [
+    (
+        "list",
+        "list the topics of a namespace",
+        [(["namespace"], {"help": "TENANT/NAMESPACE"})],
+        lambda a, r: r.call("GET", "/admin/v2/persistent/" + a.namespace),
+    ),
+    ("create", "create a non-partitioned topic", _TOPIC, lambda a, r: r.call("PUT", _t(a))),
+    (
+        "create-partitioned-topic",
+        "create a partitioned topic",
+        [*_TOPIC, (["--partitions", "-p"], {"type": int, "required": True})],
+        lambda a, r: r.call("PUT", _t(a, "/partitions"), a.partitions),
+    ),
+    (
+        "update-partitioned-topic",
+        "add partitions",
+        [*_TOPIC, (["--partitions", "-p"], {"type": int, "required": True})],
+        lambda a, r: r.call("POST", _t(a, "/partitions"), a.partitions),
+    ),
+    (
+        "get-partitioned-topic-metadata",
+        "",
+        _TOPIC,
+        lambda a, r: r.call("GET", _t(a, "/partitions")),
+    ),
+    ("delete", "delete a topic", [*_TOPIC, _FORCE], lambda a, r: r.call("DELETE", _t(a) + _q(a))),
+    (
+        "delete-partitioned-topic",
+        "",
+        [*_TOPIC, _FORCE],
+        lambda a, r: r.call("DELETE", _t(a, "/partitions") + _q(a)),
+    ),
+    (
+        "stats",
+        "rates, backlog, producers, consumers",
+        _TOPIC,
+        lambda a, r: r.call("GET", _t(a, "/stats")),
+    ),
+    (
+        "stats-internal",
+        "segments and cursors",
+        _TOPIC,
+        lambda a, r: r.call("GET", _t(a, "/internal-stats")),
+    ),
+    ("last-message-id", "", _TOPIC, lambda a, r: r.call("GET", _t(a, "/lastMessageId"))),
+    (
+        "subscriptions",
+        "list subscriptions",
+        _TOPIC,
+        lambda a, r: r.call("GET", _t(a, "/subscriptions")),
+    ),
+]
+
+SUBSCRIPTIONS: list[tuple[str, str, list[tuple[list[str], dict[str, Any]]], Action]] = [
+    ("list", "list subscriptions", _TOPIC, lambda a, r: r.call("GET", _t(a, "/subscriptions"))),
+    (
+        "create",
+        "create a subscription at a position",
+        [*_SUB, (["--messageId", "-m"], {"dest": "message_id", "default": "latest"})],
+        lambda a, r: r.call("PUT", _s(a), _position(a.message_id)),
+    ),
+    (
+        "delete",
+        "delete a subscription",
+        [*_SUB, _FORCE],
+        lambda a, r: r.call("DELETE", _s(a) + _q(a)),
+    ),
+    (
+        "skip",
+        "skip N messages",
+        [*_SUB, (["--count", "-n"], {"type": int, "required": True})],
+        lambda a, r: r.call("POST", _s(a, f"/skip/{a.count}")),
+    ),
+    ("skip-all", "skip the whole backlog", _SUB, lambda a, r: r.call("POST", _s(a, "/skip_all"))),
+    (
+        "reset-cursor",
+        "move to a publish time (epoch ms, or relative: 10m)",
+        [*_SUB, (["--time", "-t"], {"required": True})],
+        lambda a, r: r.call("POST", _s(a, f"/resetcursor/{_timestamp(a.time)}")),
+    ),
+]
+
+# pulsar-admin spells these as topics subcommands too.
+TOPICS += [
+    ("create-subscription", *SUBSCRIPTIONS[1][1:]),
+    ("unsubscribe", *SUBSCRIPTIONS[2][1:]),
+    ("skip", *SUBSCRIPTIONS[3][1:]),
+    ("skip-all", *SUBSCRIPTIONS[4][1:]),
+    ("reset-cursor", *SUBSCRIPTIONS[5][1:]),
+]
+
+GROUPS = {
+    "tenants": ("manage tenants", TENANTS),
+    "namespaces": ("manage namespaces and their policies", NAMESPACES),
+    "topics": ("manage topics", TOPICS),
+    "subscriptions": ("manage subscriptions", SUBSCRIPTIONS),
+}
+
+
+def add_admin(commands: Any) -> None:
+    admin = commands.add_parser(
+        "admin", help="administer tenants, namespaces, topics, subscriptions"
+    )
+    admin.add_argument("--url", default=None, help="admin URL (default http://localhost:8080)")
+    admin.add_argument("--json", action="store_true", help="print results as JSON")
+    groups = admin.add_subparsers(dest="group", metavar="GROUP", required=True)
+    for group, (text, table) in GROUPS.items():
+        parser = groups.add_parser(group, help=text)
+        subs = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+        for name, help_text, args, action in table:
+            p = subs.add_parser(name, help=help_text or None, description=help_text or None)
+            for flags, options in args:
+                p.add_argument(*flags, **options)
+            p.set_defaults(admin_action=action)

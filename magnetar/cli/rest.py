@@ -1,0 +1,61 @@
+"""A tiny client for the admin REST API, used by ``magnetar admin``."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from typing import Any
+
+from magnetar.core.errors import MagnetarError
+from magnetar.core.names import TopicName
+
+
+class AdminCallError(MagnetarError):
+    """The server refused the call (its reason is in the message) or could not be reached."""
+
+    code = "cli.admin_call"
+
+
+class RestClient:
+    def __init__(self, url: str, timeout: float = 30.0) -> None:
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+
+    def call(self, method: str, path: str, body: Any = None) -> Any:
+        """Send one request; returns the decoded JSON answer (None for 204)."""
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(self.url + path, data=data, method=method)
+        request.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                raw = response.read()
+        except urllib.error.HTTPError as e:
+            raise AdminCallError(f"{_reason(e)} (HTTP {e.code} from {method} {path})") from None
+        except urllib.error.URLError as e:
+            raise AdminCallError(
+                f"cannot reach Magnetar at {self.url} ({e.reason}); is `magnetar standalone` "
+                "running there? Pass --url to point elsewhere"
+            ) from None
+        return json.loads(raw) if raw else None
+
+
+def _reason(e: urllib.error.HTTPError) -> str:
+    try:
+        body = json.loads(e.read() or b"{}")
+    except ValueError:
+        return str(e.reason)
+    return str(body.get("reason", e.reason)) if isinstance(body, dict) else str(e.reason)
+
+
+def topic_path(text: str) -> str:
+    """``persistent://t/ns/x`` or ``x`` → ``/admin/v2/persistent/t/ns/x``."""
+    name = TopicName.parse(text)
+    return f"/admin/v2/persistent/{name.path}"
+
+
+def namespace_path(text: str) -> str:
+    tenant, sep, namespace = text.partition("/")
+    if not sep or not tenant or not namespace or "/" in namespace:
+        raise AdminCallError(f"namespace must be TENANT/NAMESPACE, got {text!r}")
+    return f"/admin/v2/namespaces/{tenant}/{namespace}"
