@@ -13,12 +13,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from magnetar.broker import Broker, BrokerSettings
+from magnetar.broker.offload import OffloadService
 from magnetar.broker.retention import RetentionService
 from magnetar.core.config import Settings
 from magnetar.http.server import HttpServer
 from magnetar.meta import MetadataStore, open_metadata_store
 from magnetar.protocols.pulsar.server import PulsarServer
 from magnetar.storage import StorageEngine
+from magnetar.tier import Tier, open_object_store
 
 
 @dataclass
@@ -32,6 +34,7 @@ class Standalone:
     pulsar: PulsarServer | None = None
     http: HttpServer | None = None
     retention: RetentionService | None = None
+    offload: OffloadService | None = None
 
     @classmethod
     async def start(cls, settings: Settings) -> Standalone:
@@ -42,10 +45,15 @@ class Standalone:
         except BaseException:
             await meta.aclose()
             raise
-        broker = Broker(meta, storage, _broker_settings(settings))
+        tier = Tier(
+            open_object_store(settings.tier), row_group_rows=settings.offload_row_group_rows
+        )
+        broker = Broker(meta, storage, _broker_settings(settings), tier)
         node = cls(settings, meta, storage, broker)
         try:
             await broker.start()
+            node.offload = OffloadService(broker, interval=settings.offload_check_interval)
+            await node.offload.start()
             node.pulsar = PulsarServer(
                 broker,
                 host=settings.bind_address,
@@ -60,6 +68,7 @@ class Standalone:
                 port=settings.http_port,
                 advertised=settings.advertised_address or settings.bind_address,
                 service_url=node.pulsar.service_url,
+                offload=node.offload,
             )
             await node.http.start()
             node.retention = RetentionService(broker, interval=settings.retention_check_interval)
@@ -76,7 +85,7 @@ class Standalone:
         return (
             f"magnetar standalone ready: data in {s.data_dir.resolve()} "
             f"(journal {s.journal_path}, ledgers {s.ledger_path}, metadata {s.metadata}, "
-            f"fsync {s.fsync}); pulsar {pulsar}; http {http}; "
+            f"fsync {s.fsync}, tier {s.tier}); pulsar {pulsar}; http {http}; "
             f"{len(self.storage.partitions())} partition(s)"
         )
 
@@ -84,11 +93,15 @@ class Standalone:
         try:
             if self.retention is not None:
                 await self.retention.aclose()
+            if self.offload is not None:
+                await self.offload.aclose()
             if self.http is not None:
                 await self.http.aclose()
             if self.pulsar is not None:
                 await self.pulsar.aclose()
             await self.broker.aclose()
+            if self.broker.tier is not None:
+                self.broker.tier.close()
             await self.storage.aclose()
         finally:
             await self.meta.aclose()
@@ -100,6 +113,7 @@ def _broker_settings(s: Settings) -> BrokerSettings:
         schema_compatibility_strategy=s.schema_compatibility_strategy,
         allow_auto_topic_creation=s.allow_auto_topic_creation,
         max_message_size=s.max_message_size,
+        offload_deletion_lag_ms=s.offload_deletion_lag_ms,
     )
 
 

@@ -25,6 +25,7 @@ from magnetar.broker.topic import Topic
 from magnetar.core.names import TopicName
 from magnetar.ledger import LedgerStorage, ManagedLedger
 from magnetar.meta import MetadataStore, Notification
+from magnetar.tier import Tier
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,17 +36,23 @@ class BrokerSettings:
     schema_compatibility_strategy: str = "FULL"  # Pulsar's broker default
     allow_auto_topic_creation: bool = True
     max_message_size: int = 5 * 1024 * 1024
+    offload_deletion_lag_ms: int = 4 * 3600 * 1000  # Pulsar's default: 4 hours
 
 
 class Broker:
     """Owns every topic of this node. Create, then ``await start()``; ``aclose()`` at the end."""
 
     def __init__(
-        self, meta: MetadataStore, storage: LedgerStorage, settings: BrokerSettings
+        self,
+        meta: MetadataStore,
+        storage: LedgerStorage,
+        settings: BrokerSettings,
+        tier: Tier | None = None,
     ) -> None:
         self.meta = meta
         self.storage = storage
         self.settings = settings
+        self.tier = tier
         self.namespaces = Namespaces(meta)
         self.schemas = SchemaRegistry(meta)
         self.topics: dict[str, Topic] = {}
@@ -154,7 +161,7 @@ class Broker:
             if not allowed:
                 raise TopicNotFoundError(f"topic {name} does not exist")
             await self.meta.put(paths.topic_path(name.tenant, name.namespace, name.local), b"{}")
-        ledger = await ManagedLedger.open(name.path, self.storage)
+        ledger = await ManagedLedger.open(name.path, self.storage, self.tier)
         topic = Topic(name, ledger, self.meta)
         await topic.load_subscriptions()
         await self._configure_dedup(topic)

@@ -66,7 +66,11 @@ class RetentionService:
         ledger = topic.ledger
         durable = [s for s in topic.subscriptions.values() if s.durable]
         consumed = min((s.cursor.mark_delete for s in durable), default=ledger.end_offset)
-        candidates = [s for s in ledger.segments()[:-1] if s.end_offset <= consumed]
+        candidates = [
+            s
+            for s in ledger.segments()[:-1]
+            if s.end_offset <= consumed and s.state.value != "OFFLOADING"
+        ]
         remaining = sum(s.size for s in candidates)
         now = self.clock.now_ms()
         keep_from = None
@@ -79,7 +83,7 @@ class RetentionService:
             keep_from = seg.end_offset
         if keep_from is None:
             return 0
-        return len(await ledger.storage.trim(ledger.name, keep_from))
+        return len(await ledger.trim(keep_from))
 
     async def aclose(self) -> None:
         if self._task is not None:

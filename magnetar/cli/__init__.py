@@ -41,6 +41,10 @@ _STANDALONE_FLAGS: list[tuple[str, str, type, str]] = [
     ("--schema-compatibility", "schema_compatibility_strategy", str, "default strategy (FULL)"),
     ("--max-message-size", "max_message_size", int, "largest message or batch in bytes"),
     ("--retention-check-interval", "retention_check_interval", float, "seconds between sweeps"),
+    ("--tier-url", "tier_url", str, "object store: file:///DIR or s3://BUCKET/PREFIX?endpoint=.."),
+    ("--offload-check-interval", "offload_check_interval", float, "seconds between sweeps"),
+    ("--offload-row-group-rows", "offload_row_group_rows", int, "Parquet row group size"),
+    ("--offload-deletion-lag-ms", "offload_deletion_lag_ms", int, "default local-copy lag"),
 ]
 
 

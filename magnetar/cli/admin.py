@@ -309,9 +309,19 @@ SUBSCRIPTIONS: list[tuple[str, str, list[tuple[list[str], dict[str, Any]]], Acti
     (
         "reset-cursor",
         "move to a publish time (epoch ms, or relative: 10m)",
-        [*_SUB, (["--time", "-t"], {"required": True})],
-        lambda a, r: r.call("POST", _s(a, f"/resetcursor/{_timestamp(a.time)}")),
+        [*_SUB, (["--time", "-t"], {"type": _timestamp, "required": True})],
+        lambda a, r: r.call("POST", _s(a, f"/resetcursor/{a.time}")),
     ),
+]
+
+TOPICS += [
+    (
+        "offload",
+        "offload closed segments to the object store (all, or those before -m LEDGER:ENTRY)",
+        [*_TOPIC, (["--messageId", "-m"], {"dest": "message_id", "default": "latest"})],
+        lambda a, r: r.call("PUT", _t(a, "/offload"), _position(a.message_id)),
+    ),
+    ("offload-status", "", _TOPIC, lambda a, r: r.call("GET", _t(a, "/offload"))),
 ]
 
 # pulsar-admin spells these as topics subcommands too.

@@ -70,6 +70,10 @@ class Settings:
     max_message_size: int = 5 * MiB
     allow_auto_topic_creation: bool = True
     retention_check_interval: float = 30.0  # seconds between retention / TTL sweeps
+    tier_url: str = ""  # object store for offloaded segments; default file://DATA_DIR/tier
+    offload_check_interval: float = 5.0  # seconds between offload-policy sweeps
+    offload_row_group_rows: int = 100_000
+    offload_deletion_lag_ms: int = 4 * 3600 * 1000  # when a namespace sets none (Pulsar: 4 h)
 
     @property
     def journal_path(self) -> Path:
@@ -78,6 +82,10 @@ class Settings:
     @property
     def ledger_path(self) -> Path:
         return self.ledger_dir or self.data_dir / "ledgers"
+
+    @property
+    def tier(self) -> str:
+        return self.tier_url or f"file://{(self.data_dir / 'tier').resolve()}"
 
     @property
     def metadata(self) -> str:
@@ -92,7 +100,7 @@ def as_dict(settings: Settings) -> dict[str, Any]:
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(Settings)}
-_NON_NEGATIVE = {"segment_max_age", "segment_max_entries"}
+_NON_NEGATIVE = {"segment_max_age", "segment_max_entries", "offload_deletion_lag_ms"}
 _POSITIVE = {
     "journal_max_bytes",
     "segment_max_bytes",
@@ -100,6 +108,8 @@ _POSITIVE = {
     "tail_cache_bytes",
     "max_message_size",
     "retention_check_interval",
+    "offload_check_interval",
+    "offload_row_group_rows",
 }
 _STRATEGIES = {
     "ALWAYS_INCOMPATIBLE",

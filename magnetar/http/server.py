@@ -14,8 +14,10 @@ from magnetar import __version__
 from magnetar.broker import Broker
 from magnetar.broker import errors as be
 from magnetar.broker.admin import PreconditionFailedError, TopicAdmin
+from magnetar.broker.offload import OffloadService
 from magnetar.core.errors import InvalidNameError, MagnetarError
 from magnetar.http import tenants, topics
+from magnetar.http.offload import offload_routes
 from magnetar.http.routes import Handler, Route, ok, openapi
 
 log = logging.getLogger(__name__)
@@ -53,13 +55,23 @@ async def errors_as_json(request: web.Request, handler: Handler) -> web.StreamRe
 class HttpServer:
     """Serves the admin API for ``broker`` on ``host:port``."""
 
-    def __init__(self, broker: Broker, *, host: str, port: int, advertised: str, service_url: str):
+    def __init__(
+        self,
+        broker: Broker,
+        *,
+        host: str,
+        port: int,
+        advertised: str,
+        service_url: str,
+        offload: OffloadService | None = None,
+    ):
         self.broker = broker
         self.host = host
         self.port = port
         self.advertised = advertised
         self.service_url = service_url
         self.admin = TopicAdmin(broker)
+        self.offload = offload
         self.extra_routes: list[Route] = []
         self._runner: web.AppRunner | None = None
 
@@ -70,6 +82,8 @@ class HttpServer:
     def routes(self) -> list[Route]:
         table = tenants.routes(self.broker)
         table += topics.routes(self.broker, self.admin, self.service_url)
+        if self.offload is not None:
+            table += offload_routes(self.admin, self.offload)
         return table + self.extra_routes
 
     def build_app(self) -> web.Application:

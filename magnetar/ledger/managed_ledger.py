@@ -11,10 +11,17 @@ from __future__ import annotations
 import asyncio
 import bisect
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from magnetar.core.ids import MessageId
-from magnetar.storage import Entry, SegmentInfo
+from magnetar.storage import (
+    Entry,
+    OffsetOutOfRangeError,
+    SegmentInfo,
+    SegmentNotLocalError,
+    SegmentState,
+)
+from magnetar.tier import ObjectNotFoundError, Tier
 
 
 class LedgerStorage(Protocol):
@@ -46,6 +53,12 @@ class LedgerStorage(Protocol):
 
     async def find_offset(self, name: str, ts: int) -> int: ...
 
+    async def find_in_segment(self, name: str, segment_id: int, ts: int) -> int | None: ...
+
+    async def update_segment(self, name: str, segment_id: int, **changes: Any) -> SegmentInfo: ...
+
+    async def drop_local_copy(self, name: str, segment_id: int) -> None: ...
+
     def end_offset(self, name: str) -> int: ...
 
     def start_offset(self, name: str) -> int: ...
@@ -56,18 +69,21 @@ class LedgerStorage(Protocol):
 class ManagedLedger:
     """One partition's log. Appends are durable when :meth:`append` returns."""
 
-    def __init__(self, name: str, storage: LedgerStorage) -> None:
+    def __init__(self, name: str, storage: LedgerStorage, tier: Tier | None = None) -> None:
         self.name = name
         self.storage = storage
+        self.tier = tier
         self._firsts: dict[int, int] = {}  # segment id → first offset
         self._ids: list[int] = []  # known segment ids, ascending
         self._listeners: list[Callable[[], None]] = []
 
     @classmethod
-    async def open(cls, name: str, storage: LedgerStorage) -> ManagedLedger:
+    async def open(
+        cls, name: str, storage: LedgerStorage, tier: Tier | None = None
+    ) -> ManagedLedger:
         """Open the ledger, creating its partition if it does not exist yet."""
         await storage.create_partition(name)
-        ledger = cls(name, storage)
+        ledger = cls(name, storage, tier)
         ledger._refresh()
         return ledger
 
@@ -142,13 +158,114 @@ class ManagedLedger:
     async def read(
         self, offset: int, *, max_entries: int = 100, max_bytes: int = 4 << 20
     ) -> list[Entry]:
-        return await self.storage.read(
-            self.name, offset, max_entries=max_entries, max_bytes=max_bytes
-        )
+        """Entries from the one holding ``offset``, wherever its segment lives: local files,
+        or the object store once offloaded (the caller never knows which)."""
+        try:
+            return await self.storage.read(
+                self.name, offset, max_entries=max_entries, max_bytes=max_bytes
+            )
+        except SegmentNotLocalError as e:
+            return await self._read_offloaded(e.segment_id, offset, max_entries)
+
+    async def _read_offloaded(self, segment_id: int, offset: int, max_entries: int) -> list[Entry]:
+        info = self._segment(segment_id)
+        if self.tier is None or info is None:
+            raise OffsetOutOfRangeError(f"segment {segment_id} of {self.name} is not readable")
+        try:
+            return await asyncio.to_thread(
+                self.tier.reader.read, self.name, info, offset, max_entries
+            )
+        except ObjectNotFoundError:
+            if self._segment(segment_id) is None:  # trimmed by retention meanwhile
+                raise OffsetOutOfRangeError(
+                    f"offset {offset} of {self.name} was deleted by retention; the first "
+                    f"stored offset is now {self.start_offset}"
+                ) from None
+            raise
+
+    def _segment(self, segment_id: int) -> SegmentInfo | None:
+        return next((s for s in self.segments() if s.segment_id == segment_id), None)
 
     async def find_offset(self, ts: int) -> int:
-        """First offset whose publish time is >= ``ts`` (the end offset if none)."""
-        return await self.storage.find_offset(self.name, ts)
+        """First offset whose publish time is >= ``ts`` (the end offset if none); segments
+        are chosen by binary search on their publish-time range, then searched inside."""
+        segments = self.segments()
+        running, maxima = -(1 << 63), []
+        for s in segments:
+            running = max(running, s.max_publish_time)
+            maxima.append(running)
+        for seg in segments[bisect.bisect_left(maxima, ts) :]:
+            if seg.local:
+                found = await self.storage.find_in_segment(self.name, seg.segment_id, ts)
+            elif self.tier is not None:
+                found = await asyncio.to_thread(self.tier.reader.find_time, self.name, seg, ts)
+            else:
+                found = None
+            if found is not None:
+                return max(found, self.start_offset)
+        return self.end_offset
+
+    # -- tiered storage -----------------------------------------------------------------
+
+    async def offload(self, segment_id: int) -> SegmentInfo:
+        """Copy a closed segment to the object store, verified, then mark it OFFLOADED.
+
+        Durable when this returns. On failure the segment is CLOSED and local again, and
+        the error is raised: nothing is lost and a later retry starts afresh.
+        """
+        if self.tier is None:
+            raise OffsetOutOfRangeError("this ledger has no object store configured")
+        info = await self.storage.update_segment(
+            self.name, segment_id, state=SegmentState.OFFLOADING
+        )
+        try:
+            entries = await self._entries_of(info)
+            manifest = await asyncio.to_thread(
+                self.tier.offloader.offload, self.name, info, entries
+            )
+        except BaseException:
+            await self.storage.update_segment(
+                self.name, segment_id, state=SegmentState.CLOSED, offload=None
+            )
+            raise
+        return await self.storage.update_segment(
+            self.name,
+            segment_id,
+            state=SegmentState.OFFLOADED,
+            offload={
+                "key": manifest.object_key,
+                "sha256": manifest.sha256,
+                "rows": manifest.row_count,
+                "size": manifest.size,
+                "offloadedMs": manifest.offloaded_ms,
+                "store": self.tier.store.url,
+            },
+        )
+
+    async def _entries_of(self, info: SegmentInfo) -> list[Entry]:
+        out: list[Entry] = []
+        offset = info.first_offset
+        while offset < info.end_offset:
+            got = await self.storage.read(self.name, offset, max_entries=10_000, max_bytes=64 << 20)
+            got = [e for e in got if e.base_offset < info.end_offset]
+            if not got:
+                break
+            out += got
+            offset = got[-1].next_offset
+        return out
+
+    async def drop_local_copy(self, segment_id: int) -> None:
+        await self.storage.drop_local_copy(self.name, segment_id)
+
+    async def trim(self, before: int) -> list[SegmentInfo]:
+        """Delete whole segments before ``before`` (local files and offloaded objects)."""
+        deleted = await self.storage.trim(self.name, before)
+        for seg in deleted:
+            if seg.offload and self.tier is not None:
+                await asyncio.to_thread(self.tier.offloader.delete, self.name, seg.segment_id)
+                self.tier.reader.forget(self.name, seg.segment_id)
+        self._refresh()
+        return deleted
 
     def segments(self) -> list[SegmentInfo]:
         return self.storage.segments(self.name)

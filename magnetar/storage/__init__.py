@@ -11,6 +11,7 @@ from magnetar.storage.errors import (
     DiskFullError,
     OffsetOutOfRangeError,
     PartitionNotFoundError,
+    SegmentNotLocalError,
     StorageError,
     WriteFailedError,
 )
@@ -25,6 +26,7 @@ __all__ = [
     "OffsetOutOfRangeError",
     "PartitionNotFoundError",
     "SegmentInfo",
+    "SegmentNotLocalError",
     "SegmentState",
     "StorageEngine",
     "StorageError",

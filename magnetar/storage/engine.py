@@ -19,6 +19,7 @@ import os
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 from magnetar.core.clock import SYSTEM_CLOCK, Clock
 from magnetar.core.config import Settings, check_writable
@@ -149,7 +150,8 @@ class StorageEngine:
             doomed = [
                 s
                 for s in part.segments[:-1]
-                if s.info.end_offset <= before and s.info.state is not SegmentState.OPEN
+                if s.info.end_offset <= before
+                and s.info.state not in (SegmentState.OPEN, SegmentState.OFFLOADING)
             ]
             if not doomed:
                 return []
@@ -158,6 +160,34 @@ class StorageEngine:
                 await catalog.delete_segment(self.meta, seg)
             await asyncio.get_running_loop().run_in_executor(self._writer, _unlink_segments, doomed)
             return [dataclasses.replace(s.info, state=SegmentState.DELETED) for s in doomed]
+
+    async def update_segment(self, name: str, segment_id: int, **changes: Any) -> SegmentInfo:
+        """Change a closed segment's record (state, offload details); durable on return."""
+        part = self._part(name)
+        async with self._io_lock:
+            seg = _find(part, segment_id)
+            if seg.info.state is SegmentState.OPEN:
+                raise StorageError(f"segment {segment_id} of {name} is still open")
+            for key, value in changes.items():
+                setattr(seg.info, key, value)
+            await catalog.save_segment(self.meta, seg)
+            return dataclasses.replace(seg.info)
+
+    async def drop_local_copy(self, name: str, segment_id: int) -> None:
+        """Delete the local files of an OFFLOADED segment; its reads go to the tier after."""
+        part = self._part(name)
+        async with self._io_lock:
+            seg = _find(part, segment_id)
+            if seg.info.state is not SegmentState.OFFLOADED or not seg.info.local:
+                raise StorageError(f"segment {segment_id} of {name} is not offloaded and local")
+            seg.info.local = False
+            await catalog.save_segment(self.meta, seg)
+            await asyncio.get_running_loop().run_in_executor(self._writer, _unlink_segments, [seg])
+
+    async def find_in_segment(self, name: str, segment_id: int, ts: int) -> int | None:
+        part = self._part(name)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._readers, part.find_in_segment, segment_id, ts)
 
     def has_partition(self, name: str) -> bool:
         return name in self._partitions
@@ -439,6 +469,13 @@ class StorageEngine:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+def _find(part: PartitionLog, segment_id: int) -> Segment:
+    for seg in part.segments:
+        if seg.info.segment_id == segment_id:
+            return seg
+    raise StorageError(f"segment {segment_id} of {part.name} does not exist")
 
 
 def _unlink_segments(segments: list[Segment]) -> None:

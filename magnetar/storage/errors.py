@@ -52,3 +52,13 @@ class OffsetOutOfRangeError(StorageError):
     """The offset lies before the first retained offset or after the end of the partition."""
 
     code = "storage.offset_out_of_range"
+
+
+class SegmentNotLocalError(StorageError):
+    """The segment's local files were deleted after an offload: read it from the tier."""
+
+    code = "storage.not_local"
+
+    def __init__(self, message: str, segment_id: int) -> None:
+        super().__init__(message)
+        self.segment_id = segment_id

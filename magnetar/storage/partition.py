@@ -5,7 +5,7 @@ from __future__ import annotations
 import bisect
 from pathlib import Path
 
-from magnetar.storage.errors import CorruptionError, OffsetOutOfRangeError
+from magnetar.storage.errors import CorruptionError, OffsetOutOfRangeError, SegmentNotLocalError
 from magnetar.storage.records import Entry
 from magnetar.storage.segment import Segment, SegmentState
 from magnetar.storage.tail_cache import TailCache
@@ -63,6 +63,13 @@ class PartitionLog:
         out: list[Entry] = []
         while offset < self.end_offset and len(out) < max_entries and max_bytes > 0:
             segment = self.segment_for(offset)
+            if not segment.info.local:
+                if out:
+                    break  # the caller continues from the tier
+                raise SegmentNotLocalError(
+                    f"segment {segment.info.segment_id} of {self.name} is offloaded",
+                    segment.info.segment_id,
+                )
             try:
                 got = segment.read(offset, max_entries - len(out), max_bytes, segment.info.size)
             except CorruptionError:
@@ -90,10 +97,22 @@ class PartitionLog:
             maxima.append(running)
         i = bisect.bisect_left(maxima, ts)
         for segment in live[i:]:
+            if not segment.info.local:
+                raise SegmentNotLocalError(
+                    f"segment {segment.info.segment_id} of {self.name} is offloaded",
+                    segment.info.segment_id,
+                )
             found = segment.find_time(ts, segment.info.size)
             if found is not None:
                 return max(found, self.start_offset)
         return self.end_offset
+
+    def find_in_segment(self, segment_id: int, ts: int) -> int | None:
+        """First offset with publish time >= ``ts`` inside one local segment, or None."""
+        for segment in self.segments:
+            if segment.info.segment_id == segment_id:
+                return segment.find_time(ts, segment.info.size)
+        raise OffsetOutOfRangeError(f"segment {segment_id} of {self.name} no longer exists")
 
     def close(self) -> None:
         for segment in self.segments:

@@ -49,6 +49,7 @@ async def recover(settings: Settings, meta: MetadataStore, clock: Clock) -> Reco
         checkpoint = catalog.Checkpoint(existing[0] if existing else 1, 0, {})
     parts = await catalog.load_partitions(meta, settings)
     for part in parts:
+        await _abandon_offloads(meta, part)
         await _open_last_segment(meta, settings, part, checkpoint, clock)
     by_id = {p.partition_id: p for p in parts}
     replayed = 0
@@ -93,6 +94,15 @@ async def _open_last_segment(
     for pos, entry in entries:
         last.on_appended(entry, pos)
     part.next_offset = part.end_offset = info.end_offset
+
+
+async def _abandon_offloads(meta: MetadataStore, part: PartitionLog) -> None:
+    """An offload interrupted by a crash never finished: the local copy is still the truth."""
+    for seg in part.segments:
+        if seg.info.state is SegmentState.OFFLOADING:
+            seg.info.state = SegmentState.CLOSED
+            seg.info.offload = None
+            await catalog.save_segment(meta, seg)
 
 
 def _apply(part: PartitionLog, record: JournalRecord, settings: Settings) -> bool:

@@ -15,6 +15,7 @@ import struct
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from magnetar.storage.errors import CorruptionError
 from magnetar.storage.fileio import write_file_durably
@@ -54,6 +55,8 @@ class SegmentInfo:
     max_publish_time: int = NO_TIME
     created_ms: int = 0
     closed_ms: int = 0
+    local: bool = True  # False once an offloaded segment's local files are deleted
+    offload: dict[str, Any] | None = None  # object key, manifest, checksum (tier's business)
 
     @property
     def last_offset(self) -> int:

@@ -1,0 +1,27 @@
+"""Errors of tiered storage."""
+
+from magnetar.core.errors import MagnetarError
+
+
+class TierError(MagnetarError):
+    """The object store or the offloader failed."""
+
+    code = "tier.error"
+
+
+class ObjectNotFoundError(TierError):
+    code = "tier.not_found"
+
+
+class ObjectStoreUnavailableError(TierError):
+    """The object store could not be reached or refused the call; retry later."""
+
+    code = "tier.unavailable"
+    retriable = True
+
+
+class OffloadVerificationError(TierError):
+    """The object read back differs from what was written; the segment stays local."""
+
+    code = "tier.verification_failed"
+    retriable = True

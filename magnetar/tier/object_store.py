@@ -1,0 +1,158 @@
+"""Object stores over ``pyarrow.fs``: a local directory (the default) and S3.
+
+Calls block: run them on a worker thread, never on the event loop. Keys are relative
+``/``-separated paths. ``put`` is atomic for readers: they see the whole object or none.
+"""
+
+from __future__ import annotations
+
+import os
+import urllib.parse
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from magnetar.core.errors import ConfigError
+from magnetar.tier.errors import ObjectNotFoundError, ObjectStoreUnavailableError
+
+
+class ObjectStore:
+    """Blocking key → bytes store. Subclasses only choose the filesystem."""
+
+    def __init__(self, fs: pafs.FileSystem, url: str) -> None:
+        self.fs = fs
+        self.url = url
+
+    def put(self, key: str, data: bytes) -> None:
+        """Store ``data`` at ``key``; durable and visible in full when this returns."""
+        tmp = f"{key}.tmp-{os.getpid()}"
+        try:
+            self._mkdirs(key)
+            with self.fs.open_output_stream(tmp) as out:
+                out.write(data)
+            self.fs.move(tmp, key)
+        except OSError as e:
+            self._discard(tmp)
+            raise ObjectStoreUnavailableError(f"cannot write {key} to {self.url}: {e}") from None
+
+    def get(self, key: str) -> bytes:
+        with self.open(key) as f:
+            data: bytes = f.read()
+            return data
+
+    def open(self, key: str) -> pa.NativeFile:
+        """A random-access file (what pyarrow.parquet reads from)."""
+        try:
+            return self.fs.open_input_file(key)
+        except FileNotFoundError:
+            raise ObjectNotFoundError(f"no object {key} in {self.url}") from None
+        except OSError as e:
+            raise self._error(key, e) from None
+
+    def size(self, key: str) -> int:
+        info = self._info(key)
+        return int(info.size)
+
+    def exists(self, key: str) -> bool:
+        return bool(self._info(key, missing_ok=True).type != pafs.FileType.NotFound)
+
+    def delete(self, key: str) -> None:
+        """Delete ``key``; a missing key is not an error."""
+        try:
+            self.fs.delete_file(key)
+        except FileNotFoundError:
+            return
+        except OSError as e:
+            if self._info(key, missing_ok=True).type == pafs.FileType.NotFound:
+                return
+            raise self._error(key, e) from None
+
+    def list(self, prefix: str = "") -> list[str]:
+        """Every key under ``prefix`` (a directory-like prefix), sorted."""
+        selector = pafs.FileSelector(prefix.rstrip("/"), recursive=True, allow_not_found=True)
+        try:
+            infos = self.fs.get_file_info(selector)
+        except OSError as e:
+            raise self._error(prefix, e) from None
+        return sorted(i.path for i in infos if i.type == pafs.FileType.File)
+
+    def _info(self, key: str, *, missing_ok: bool = False) -> pafs.FileInfo:
+        try:
+            info = self.fs.get_file_info(key)
+        except OSError as e:
+            raise self._error(key, e) from None
+        if info.type == pafs.FileType.NotFound and not missing_ok:
+            raise ObjectNotFoundError(f"no object {key} in {self.url}")
+        return info
+
+    def _mkdirs(self, key: str) -> None:
+        parent = key.rpartition("/")[0]
+        if parent:
+            self.fs.create_dir(parent, recursive=True)
+
+    def _discard(self, key: str) -> None:
+        try:
+            self.fs.delete_file(key)
+        except OSError:
+            return  # best effort: the leftover is a temp name no reader looks at
+
+    def _error(self, key: str, e: OSError) -> Exception:
+        return ObjectStoreUnavailableError(f"object store {self.url} failed on {key}: {e}")
+
+
+class LocalObjectStore(ObjectStore):
+    """A directory used as an object store (the embedded default, DATA_DIR/tier)."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        root = os.path.abspath(root)
+        os.makedirs(root, exist_ok=True)
+        super().__init__(pafs.SubTreeFileSystem(root, pafs.LocalFileSystem()), f"file://{root}")
+
+
+class S3ObjectStore(ObjectStore):
+    """Any S3-compatible endpoint. Credentials come from arguments or the usual AWS_*
+    environment variables."""
+
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str = "",
+        *,
+        endpoint: str | None = None,
+        region: str | None = None,
+        access_key: str | None = None,
+        secret_key: str | None = None,
+    ) -> None:
+        options: dict[str, Any] = {"region": region or os.environ.get("AWS_REGION", "us-east-1")}
+        if endpoint:
+            parsed = urllib.parse.urlparse(endpoint)
+            options["endpoint_override"] = parsed.netloc or parsed.path
+            options["scheme"] = parsed.scheme or "https"
+        key = access_key or os.environ.get("AWS_ACCESS_KEY_ID")
+        secret = secret_key or os.environ.get("AWS_SECRET_ACCESS_KEY")
+        if key and secret:
+            options.update(access_key=key, secret_key=secret)
+        s3 = pafs.S3FileSystem(**options)
+        base = f"{bucket}/{prefix.strip('/')}".rstrip("/")
+        super().__init__(pafs.SubTreeFileSystem(base, s3), f"s3://{base}")
+        self.bucket = bucket
+        self.s3 = s3
+
+
+def open_object_store(url: str) -> ObjectStore:
+    """``file:///path`` or a plain path, or ``s3://bucket/prefix?endpoint=...&region=...``."""
+    parsed = urllib.parse.urlparse(url)
+    if parsed.scheme in ("", "file"):
+        return LocalObjectStore(parsed.path if parsed.scheme else url)
+    if parsed.scheme == "s3":
+        if not parsed.netloc:
+            raise ConfigError("tier_url", f"{url!r} names no bucket: use s3://BUCKET/PREFIX")
+        query = dict(urllib.parse.parse_qsl(parsed.query))
+        return S3ObjectStore(
+            parsed.netloc,
+            parsed.path.strip("/"),
+            endpoint=query.get("endpoint"),
+            region=query.get("region"),
+        )
+    raise ConfigError("tier_url", f"unsupported object store {url!r}: use file:///DIR or s3://...")
