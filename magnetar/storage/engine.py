@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import logging
 import os
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -23,7 +24,7 @@ from typing import Any
 
 from magnetar.core.clock import SYSTEM_CLOCK, Clock
 from magnetar.core.config import Settings, check_writable
-from magnetar.core.errors import ClosedError
+from magnetar.core.errors import ClosedError, MagnetarError
 from magnetar.meta import MetadataStore
 from magnetar.storage import catalog
 from magnetar.storage.errors import PartitionNotFoundError, StorageError
@@ -33,6 +34,8 @@ from magnetar.storage.partition import PartitionLog
 from magnetar.storage.records import Entry, encode_header, journal_prefix
 from magnetar.storage.recovery import recover
 from magnetar.storage.segment import Segment, SegmentInfo, SegmentState
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -252,7 +255,12 @@ class StorageEngine:
             batch, self._pending = self._pending, []
             async with self._io_lock:
                 await self._flush(batch)
-                await self._maintain({p.partition for p in batch})
+                try:
+                    await self._maintain({p.partition for p in batch})
+                except (OSError, MagnetarError) as e:
+                    # A roll or checkpoint failed (disk full ...): acknowledged data is safe
+                    # in the journal; appends go on and maintenance retries after the next.
+                    log.error("storage maintenance failed, will retry: %s", e)
 
     def _prepare(self, batch: list[_Pending]) -> _Batch:
         plan = _Batch()
@@ -351,8 +359,16 @@ class StorageEngine:
         await asyncio.get_running_loop().run_in_executor(self._writer, seg.seal)
         seg.info.state = SegmentState.CLOSED
         seg.info.closed_ms = self.clock.now_ms()
-        await catalog.save_segment(self.meta, seg)
-        await catalog.new_segment(self.meta, self.settings, part, self.clock)
+        try:
+            await catalog.save_segment(self.meta, seg)
+            await catalog.new_segment(self.meta, self.settings, part, self.clock)
+        except BaseException:
+            if part.open_segment is seg:  # no successor: keep appending here, retry later
+                seg.info.state, seg.info.closed_ms = SegmentState.OPEN, 0
+                with contextlib.suppress(Exception):
+                    await catalog.save_segment(self.meta, seg)
+            raise
+        seg.finish_seal()
         self._dirty.discard(part)
         self.stats.rolls += 1
 
@@ -383,7 +399,7 @@ class StorageEngine:
             await self._checkpoint(rotate=True)
 
     async def _checkpoint(self, *, rotate: bool) -> None:
-        dirty, self._dirty = self._dirty, set()
+        dirty = set(self._dirty)
 
         def sync_all() -> dict[int, int]:
             assert self._journal is not None
@@ -401,6 +417,7 @@ class StorageEngine:
 
         loop = asyncio.get_running_loop()
         synced = await loop.run_in_executor(self._writer, sync_all)
+        self._dirty -= dirty
         assert self._journal is not None
         await catalog.save_checkpoint(self.meta, self._journal.number, self._journal.size, synced)
         removed = await loop.run_in_executor(
@@ -448,9 +465,9 @@ class StorageEngine:
         self._wakeup.set()
         for task in self._tasks[1:]:
             task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.gather(*self._tasks)
         try:
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.gather(*self._tasks)
             async with self._io_lock:
                 await self._checkpoint(rotate=False)
         finally:

@@ -74,10 +74,11 @@ class Journal:
         os.fsync(self.fd)
 
     def rotate(self) -> Journal:
-        """Sync and close this file; return a journal writing to the next one."""
+        """Sync this file and open the next; this one is closed only once that worked."""
         self.sync()
+        following = Journal(self.directory, self.number + 1)
         self.close()
-        return Journal(self.directory, self.number + 1)
+        return following
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -123,7 +124,7 @@ def replay(directory: Path, start_number: int, start_position: int) -> Iterator[
 
 def _nothing_valid_after(data: bytes, pos: int) -> bool:
     """True when no valid record starts anywhere after ``pos``: a torn tail, not damage."""
-    for start in range(pos + 1, len(data) - 48):
+    for start in range(pos + 1, len(data) - 48 + 1):
         try:
             decode_journal_record(data, start)
         except RecordError:

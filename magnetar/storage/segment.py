@@ -114,23 +114,23 @@ class Segment:
         info.max_publish_time = max(info.max_publish_time, entry.publish_time)
 
     def seal(self) -> None:
-        """Write both indexes durably and fsync the data; the segment may then be CLOSED."""
+        """Write both indexes durably and fsync the data. The segment stays writable until
+        :meth:`finish_seal`, so a roll that fails later can simply be retried."""
         assert self._builder is not None
         if self.write_fd >= 0:
             os.fsync(self.write_fd)
+        parent, sid = self.path.parent, self.info.segment_id
+        write_file_durably(segment_file(parent, sid, ".index"), self._builder.offsets.to_bytes())
+        write_file_durably(segment_file(parent, sid, ".timeindex"), self._builder.times.to_bytes())
+
+    def finish_seal(self) -> None:
+        """The segment is CLOSED for good: stop taking appends."""
+        if self._builder is not None:
+            self._offsets, self._times = self._builder.offsets, self._builder.times
+            self._builder = None
+        if self.write_fd >= 0:
             os.close(self.write_fd)
             self.write_fd = -1
-        parent = self.path.parent
-        write_file_durably(
-            segment_file(parent, self.info.segment_id, ".index"),
-            self._builder.offsets.to_bytes(),
-        )
-        write_file_durably(
-            segment_file(parent, self.info.segment_id, ".timeindex"),
-            self._builder.times.to_bytes(),
-        )
-        self._offsets, self._times = self._builder.offsets, self._builder.times
-        self._builder = None
 
     # -- reads --------------------------------------------------------------------------
 
