@@ -18,6 +18,9 @@ from magnetar.broker.retention import RetentionService
 from magnetar.core.config import Settings
 from magnetar.http.server import HttpServer
 from magnetar.meta import MetadataStore, open_metadata_store
+from magnetar.protocols.flight.server import BulkReadServer
+from magnetar.protocols.kafka.server import KafkaServer
+from magnetar.protocols.kafka.service import KafkaSettings
 from magnetar.protocols.pulsar.server import PulsarServer
 from magnetar.storage import StorageEngine
 from magnetar.tier import Tier, open_object_store
@@ -32,9 +35,11 @@ class Standalone:
     storage: StorageEngine
     broker: Broker
     pulsar: PulsarServer | None = None
+    kafka: KafkaServer | None = None
     http: HttpServer | None = None
     retention: RetentionService | None = None
     offload: OffloadService | None = None
+    flight: BulkReadServer | None = None
 
     @classmethod
     async def start(cls, settings: Settings) -> Standalone:
@@ -62,6 +67,15 @@ class Standalone:
                 max_message_size=settings.max_message_size,
             )
             await node.pulsar.start()
+            node.kafka = KafkaServer(broker, _kafka_settings(settings))
+            await node.kafka.start()
+            advertised = settings.advertised_address or settings.bind_address
+            node.flight = BulkReadServer(
+                broker,
+                asyncio.get_running_loop(),
+                f"grpc://{settings.bind_address}:{settings.flight_port}",
+            )
+            node.flight.start()
             node.http = HttpServer(
                 broker,
                 host=settings.bind_address,
@@ -69,6 +83,7 @@ class Standalone:
                 advertised=settings.advertised_address or settings.bind_address,
                 service_url=node.pulsar.service_url,
                 offload=node.offload,
+                flight_url=f"grpc://{advertised}:{node.flight.port}",
             )
             await node.http.start()
             node.retention = RetentionService(broker, interval=settings.retention_check_interval)
@@ -82,10 +97,13 @@ class Standalone:
         s = self.settings
         pulsar = self.pulsar.service_url if self.pulsar else "off"
         http = self.http.url if self.http else "off"
+        kafka = self.kafka.bootstrap if self.kafka else "off"
+        flight = f"grpc://{s.bind_address}:{self.flight.port}" if self.flight else "off"
         return (
             f"magnetar standalone ready: data in {s.data_dir.resolve()} "
             f"(journal {s.journal_path}, ledgers {s.ledger_path}, metadata {s.metadata}, "
-            f"fsync {s.fsync}, tier {s.tier}); pulsar {pulsar}; http {http}; "
+            f"fsync {s.fsync}, tier {s.tier}); pulsar {pulsar}; kafka {kafka}; http {http}; "
+            f"flight {flight}; "
             f"{len(self.storage.partitions())} partition(s)"
         )
 
@@ -97,6 +115,10 @@ class Standalone:
                 await self.offload.aclose()
             if self.http is not None:
                 await self.http.aclose()
+            if self.flight is not None:
+                await asyncio.to_thread(self.flight.stop)
+            if self.kafka is not None:
+                await self.kafka.aclose()
             if self.pulsar is not None:
                 await self.pulsar.aclose()
             await self.broker.aclose()
@@ -114,6 +136,16 @@ def _broker_settings(s: Settings) -> BrokerSettings:
         allow_auto_topic_creation=s.allow_auto_topic_creation,
         max_message_size=s.max_message_size,
         offload_deletion_lag_ms=s.offload_deletion_lag_ms,
+    )
+
+
+def _kafka_settings(s: Settings) -> KafkaSettings:
+    return KafkaSettings(
+        namespace=s.kafka_namespace,
+        host=s.bind_address,
+        port=s.kafka_port,
+        advertised_host=s.advertised_address or s.bind_address,
+        max_message_size=s.max_message_size,
     )
 
 

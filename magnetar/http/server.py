@@ -16,7 +16,7 @@ from magnetar.broker import errors as be
 from magnetar.broker.admin import PreconditionFailedError, TopicAdmin
 from magnetar.broker.offload import OffloadService
 from magnetar.core.errors import InvalidNameError, MagnetarError
-from magnetar.http import tenants, topics
+from magnetar.http import reading, tenants, topics
 from magnetar.http.offload import offload_routes
 from magnetar.http.routes import Handler, Route, ok, openapi
 
@@ -64,6 +64,7 @@ class HttpServer:
         advertised: str,
         service_url: str,
         offload: OffloadService | None = None,
+        flight_url: str | None = None,
     ):
         self.broker = broker
         self.host = host
@@ -72,6 +73,7 @@ class HttpServer:
         self.service_url = service_url
         self.admin = TopicAdmin(broker)
         self.offload = offload
+        self.flight_url = flight_url
         self.extra_routes: list[Route] = []
         self._runner: web.AppRunner | None = None
 
@@ -84,6 +86,7 @@ class HttpServer:
         table += topics.routes(self.broker, self.admin, self.service_url)
         if self.offload is not None:
             table += offload_routes(self.admin, self.offload)
+        table += reading.routes(self.broker, self.flight_url)
         return table + self.extra_routes
 
     def build_app(self) -> web.Application:

@@ -1,0 +1,158 @@
+"""``/magnetar/v1/...``: what direct readers (the Spark source) need to plan a read.
+
+A plan lists each partition's offset range and its segments — offsets, publish-time range,
+where the segment lives (local: read through Arrow Flight; offloaded: the object key in the
+object store) — so a reader resolves time ranges by binary search over segments and opens
+only what it needs (seed 001). ``commit`` moves a durable subscription to the offsets a
+pipeline has processed, so backlog and retention see its progress.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from aiohttp import web
+
+from magnetar.broker import Broker, SubType
+from magnetar.broker.errors import InvalidRequestError, TopicNotFoundError
+from magnetar.core.names import TopicName
+from magnetar.http.routes import Route, json_body, no_content, ok
+from magnetar.http.topics import topic_of
+
+V1 = "/magnetar/v1/topics/{tenant}/{namespace}/{topic}"
+
+
+def routes(broker: Broker, flight_url: str | None) -> list[Route]:
+    async def plan(request: web.Request) -> web.Response:
+        name = topic_of(request)
+        return ok(await _plan(broker, name, flight_url))
+
+    async def list_topics(request: web.Request) -> web.Response:
+        namespaces = await _namespaces(broker)
+        wanted = request.query.get("namespace")
+        if wanted:
+            namespaces = [ns for ns in namespaces if ns == wanted]
+        pattern = request.query.get("pattern")
+        try:
+            regex = re.compile(pattern) if pattern else None
+        except re.error as e:
+            raise InvalidRequestError(f"bad topicsPattern {pattern!r}: {e}") from None
+        names = []
+        for ns in namespaces:
+            names += await _base_topics(broker, ns)
+        return ok([n for n in names if regex is None or regex.fullmatch(n) or regex.search(n)])
+
+    async def namespaces(request: web.Request) -> web.Response:
+        return ok(await _namespaces(broker))
+
+    async def commit(request: web.Request) -> web.Response:
+        name = topic_of(request)
+        body = await json_body(request)
+        if not isinstance(body, dict) or not isinstance(body.get("offsets"), dict):
+            raise InvalidRequestError('commit body must be {"offsets": {"<partition>": offset}}')
+        await _commit(broker, name, request.match_info["subscription"], body["offsets"])
+        return no_content()
+
+    return [
+        Route("GET", V1 + "/plan", plan, "Partitions and segments of a topic, for direct reads"),
+        Route("GET", "/magnetar/v1/topics", list_topics, "Topics (?namespace=&pattern=)"),
+        Route("GET", "/magnetar/v1/namespaces", namespaces, "Every tenant/namespace"),
+        Route(
+            "POST",
+            V1 + "/subscription/{subscription}/commit",
+            commit,
+            "Move a durable subscription to processed offsets",
+            '{"offsets": {"0": 1234}}',
+        ),
+    ]
+
+
+async def _namespaces(broker: Broker) -> list[str]:
+    out = []
+    for tenant in await broker.namespaces.tenants():
+        out += await broker.namespaces.namespaces(tenant)
+    return out
+
+
+async def _base_topics(broker: Broker, namespace: str) -> list[str]:
+    tenant, ns = namespace.split("/", 1)
+    partitioned = await broker.meta.list_children(f"/admin/partitioned/{tenant}/{ns}")
+    plain = [
+        t.rsplit("/", 1)[1]
+        for t in await broker.list_topics(tenant, ns)
+        if TopicName.parse(t).partition < 0
+    ]
+    return sorted(f"persistent://{tenant}/{ns}/{t}" for t in {*partitioned, *plain})
+
+
+async def _partitions(broker: Broker, name: TopicName) -> list[tuple[int, TopicName]]:
+    count = await broker.partitions(name)
+    if count:
+        return [(i, name.partition_name(i)) for i in range(count)]
+    if not await broker.topic_exists(name):
+        raise TopicNotFoundError(f"topic {name} does not exist")
+    return [(0, name)]
+
+
+async def _plan(broker: Broker, name: TopicName, flight_url: str | None) -> dict[str, Any]:
+    parts = []
+    for index, part in await _partitions(broker, name):
+        topic = await broker.get_topic(part, create=True)
+        ledger = topic.ledger
+        segments = [
+            {
+                "id": s.segment_id,
+                "first": s.first_offset,
+                "end": s.end_offset,
+                "minTime": s.first_publish_time if s.entries else None,
+                "maxTime": s.max_publish_time if s.entries else None,
+                "state": s.state.value,
+                "local": s.local,
+                "object": (s.offload or {}).get("key"),
+            }
+            for s in ledger.segments()
+        ]
+        parts.append(
+            {
+                "index": index,
+                "name": part.path,
+                "start": ledger.start_offset,
+                "end": ledger.end_offset,
+                "segments": segments,
+            }
+        )
+    return {
+        "topic": str(name),
+        "partitions": parts,
+        "store": broker.tier.store.url if broker.tier else None,
+        "flight": flight_url,
+        "schema": await _schema(broker, name),
+    }
+
+
+async def _schema(broker: Broker, name: TopicName) -> dict[str, Any] | None:
+    found = await broker.schemas.get(name.path)
+    if found is None:
+        return None
+    version, info = found
+    try:
+        definition = json.loads(info.data) if info.data else None
+    except ValueError:
+        definition = None
+    return {"version": version, "type": info.type, "definition": definition}
+
+
+async def _commit(broker: Broker, name: TopicName, sub: str, offsets: dict[str, Any]) -> None:
+    parts = dict(await _partitions(broker, name))
+    for key, value in offsets.items():
+        index = int(key)
+        if index not in parts or not isinstance(value, int) or value < 0:
+            raise InvalidRequestError(f"bad commit for partition {key!r}: {value!r}")
+        topic = await broker.get_topic(parts[index])
+        subscription = await topic.subscription(sub, SubType.SHARED, durable=True, start=0)
+        if value > subscription.cursor.mark_delete:
+            subscription.ack_cumulative(value - 1)
+        if subscription.store is not None:
+            await subscription.store.flush()

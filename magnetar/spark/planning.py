@@ -1,0 +1,239 @@
+"""Planning reads on the driver: topics → partitions → offset ranges → input partitions.
+
+A bounded read is a range of segments, resolved from segment metadata (seed 001): time
+bounds pick segments by their publish-time range, and only segments that overlap the range
+become input partitions. Offloaded segments are read from the object store by the
+executors; local ones through the storage node's Arrow Flight endpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from typing import Any
+
+from magnetar.core.names import TopicName
+from magnetar.spark.options import EARLIEST, LATEST, ReadOptions, SparkSourceError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Slice:
+    """One input partition: an offset range of one partition, from one place."""
+
+    kind: str  # "parquet" (offloaded object) or "flight" (storage node)
+    topic: str
+    partition: int
+    ledger: str  # tenant/ns/topic[-partition-N]
+    start: int
+    end: int
+    location: str  # object store URL or flight URL
+    key: str = ""  # object key for parquet slices
+    min_ts: int | None = None
+    max_ts: int | None = None
+
+
+def http_get(url: str) -> Any:
+    try:
+        with urllib.request.urlopen(url, timeout=30) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as e:
+        try:
+            reason = json.loads(e.read()).get("reason", e.reason)
+        except ValueError:
+            reason = e.reason
+        raise SparkSourceError(f"{reason} (HTTP {e.code} from {url})") from None
+    except urllib.error.URLError as e:
+        raise SparkSourceError(
+            f"cannot reach Magnetar at {url} ({e.reason}); check the url option"
+        ) from None
+
+
+def http_post(url: str, body: Any) -> None:
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST")
+    request.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=30):
+            return
+    except urllib.error.URLError as e:
+        raise SparkSourceError(f"commit to {url} failed: {e}") from None
+
+
+def plan_path(topic: str) -> str:
+    name = TopicName.parse(topic)
+    return f"/magnetar/v1/topics/{name.path}/plan"
+
+
+def resolve_topics(opts: ReadOptions) -> list[str]:
+    if opts.topics:
+        return [str(TopicName.parse(t)) for t in opts.topics]
+    query = urllib.parse.urlencode({"pattern": opts.pattern or ""})
+    found: list[str] = http_get(f"{opts.url}/magnetar/v1/topics?{query}")
+    if not found:
+        raise SparkSourceError(f"no topic matches topicsPattern {opts.pattern!r}")
+    return found
+
+
+def fetch_plans(opts: ReadOptions) -> dict[str, dict[str, Any]]:
+    """Every topic's plan (partitions, segments, locations), keyed by full topic name."""
+    return {t: http_get(opts.url + plan_path(t)) for t in resolve_topics(opts)}
+
+
+def bounds(
+    plans: dict[str, dict[str, Any]],
+    spec: str | dict[str, dict[str, int]],
+    *,
+    end: bool,
+) -> dict[str, dict[str, int]]:
+    """Offsets per topic and partition for earliest / latest / explicit JSON."""
+    out: dict[str, dict[str, int]] = {}
+    for topic, plan in sorted(plans.items()):
+        parts: dict[str, int] = {}
+        for p in plan["partitions"]:
+            key = str(p["index"])
+            if isinstance(spec, dict):
+                given = spec.get(topic, spec.get(TopicName.parse(topic).local, {}))
+                parts[key] = int(given.get(key, p["end"] if end else p["start"]))
+                if parts[key] == -1:
+                    parts[key] = p["end"]
+                elif parts[key] == -2:
+                    parts[key] = p["start"]
+            else:
+                parts[key] = p["start"] if spec == EARLIEST else p["end"]
+        out[topic] = dict(sorted(parts.items()))
+    return out
+
+
+def check_data_loss(
+    plans: dict[str, dict[str, Any]], start: dict[str, dict[str, int]], fail: bool
+) -> dict[str, dict[str, int]]:
+    """Move starts that retention already removed; fail unless failOnDataLoss=false."""
+    fixed: dict[str, dict[str, int]] = {}
+    for topic, parts in start.items():
+        firsts = {str(p["index"]): p["start"] for p in plans[topic]["partitions"]}
+        fixed[topic] = {}
+        for key, offset in parts.items():
+            first = firsts.get(key, 0)
+            if offset < first:
+                message = (
+                    f"{topic} partition {key}: offsets {offset}..{first - 1} were removed by "
+                    "retention"
+                )
+                if fail:
+                    raise SparkSourceError(
+                        message + "; set failOnDataLoss=false to continue from the earliest"
+                    )
+                log.warning("%s; continuing from offset %d", message, first)
+                offset = first
+            fixed[topic][key] = offset
+    return fixed
+
+
+def slices(
+    plans: dict[str, dict[str, Any]],
+    start: dict[str, dict[str, int]],
+    end: dict[str, dict[str, int]],
+    *,
+    min_ts: int | None = None,
+    max_ts: int | None = None,
+) -> list[Slice]:
+    """Input partitions covering [start, end) of every partition, one per segment piece."""
+    out: list[Slice] = []
+    for topic, plan in sorted(plans.items()):
+        for p in plan["partitions"]:
+            key = str(p["index"])
+            lo, hi = start[topic].get(key, p["start"]), end[topic].get(key, p["end"])
+            out += _partition_slices(plan, p, topic, lo, hi, min_ts, max_ts)
+    return out
+
+
+def _partition_slices(
+    plan: dict[str, Any],
+    p: dict[str, Any],
+    topic: str,
+    lo: int,
+    hi: int,
+    min_ts: int | None,
+    max_ts: int | None,
+) -> list[Slice]:
+    out: list[Slice] = []
+    for seg in p["segments"]:
+        a, b = max(lo, seg["first"]), min(hi, seg["end"])
+        if a >= b or not _overlaps(seg, min_ts, max_ts):
+            continue
+        offloaded = seg["object"] and not seg["local"]
+        if offloaded:
+            out.append(
+                Slice(
+                    "parquet",
+                    topic,
+                    p["index"],
+                    p["name"],
+                    a,
+                    b,
+                    plan["store"],
+                    seg["object"],
+                    min_ts,
+                    max_ts,
+                )
+            )
+        elif out and out[-1].kind == "flight" and out[-1].end == a:
+            prev = out.pop()  # neighbouring local segments: one Flight stream
+            out.append(
+                Slice(
+                    "flight",
+                    topic,
+                    p["index"],
+                    p["name"],
+                    prev.start,
+                    b,
+                    plan["flight"],
+                    "",
+                    min_ts,
+                    max_ts,
+                )
+            )
+        else:
+            out.append(
+                Slice(
+                    "flight", topic, p["index"], p["name"], a, b, plan["flight"], "", min_ts, max_ts
+                )
+            )
+    return out
+
+
+def _overlaps(seg: dict[str, Any], min_ts: int | None, max_ts: int | None) -> bool:
+    if seg["minTime"] is None:
+        return False
+    if min_ts is not None and seg["maxTime"] < min_ts:
+        return False
+    # Publish times need not be monotonic, but a segment's first publish time is a lower
+    # bound only for its own messages: compare against the segment's maximum too.
+    return not (max_ts is not None and seg["minTime"] >= max_ts and seg["maxTime"] >= max_ts)
+
+
+def split(parts: list[Slice], min_partitions: int | None) -> list[Slice]:
+    """Split the largest slices until there are at least ``min_partitions``."""
+    parts = list(parts)
+    while min_partitions and len(parts) < min_partitions:
+        biggest = max(parts, key=lambda s: s.end - s.start, default=None)
+        if biggest is None or biggest.end - biggest.start < 2:
+            break
+        mid = (biggest.start + biggest.end) // 2
+        i = parts.index(biggest)
+        parts[i : i + 1] = [_with(biggest, biggest.start, mid), _with(biggest, mid, biggest.end)]
+    return parts
+
+
+def _with(s: Slice, start: int, end: int) -> Slice:
+    return Slice(
+        s.kind, s.topic, s.partition, s.ledger, start, end, s.location, s.key, s.min_ts, s.max_ts
+    )
+
+
+_ = LATEST

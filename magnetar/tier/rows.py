@@ -1,0 +1,132 @@
+"""The row layout readers see (Spark's, through ``magnetar.spark``), built from the
+Parquet layout of :mod:`magnetar.tier.parquet` — whether the rows came from an offloaded
+object or from the storage node's bulk reader, one function shapes them.
+
+Columns (Spark's Kafka source names where the meaning is the same)::
+
+    key string, value binary, topic string, partition int, offset long,
+    publishTime timestamp, eventTime timestamp, properties map<string,string>,
+    producerName string, sequenceId long [, data struct<...> when the topic has a schema]
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pyarrow as pa
+
+TS = pa.timestamp("us", tz="UTC")
+BASE_FIELDS = [
+    pa.field("key", pa.string()),
+    pa.field("value", pa.binary()),
+    pa.field("topic", pa.string()),
+    pa.field("partition", pa.int32()),
+    pa.field("offset", pa.int64()),
+    pa.field("publishTime", TS),
+    pa.field("eventTime", TS),
+    pa.field("properties", pa.map_(pa.string(), pa.string())),
+    pa.field("producerName", pa.string()),
+    pa.field("sequenceId", pa.int64()),
+]
+BASE_DDL = (
+    "key string, value binary, topic string, partition int, offset long, "
+    "publishTime timestamp, eventTime timestamp, properties map<string,string>, "
+    "producerName string, sequenceId long"
+)
+PARQUET_COLUMNS = [
+    "key",
+    "value",
+    "offset",
+    "publish_time",
+    "event_time",
+    "properties",
+    "producer_name",
+    "sequence_id",
+]
+
+
+def arrow_schema(data_type: pa.DataType | None = None) -> pa.Schema:
+    fields = list(BASE_FIELDS)
+    if data_type is not None:
+        fields.append(pa.field("data", data_type))
+    return pa.schema(fields)
+
+
+def to_rows(
+    table: pa.Table, topic: str, partition: int, data_type: pa.DataType | None = None
+) -> pa.Table:
+    """Shape a Parquet-layout table into reader rows for ``topic``/``partition``."""
+    n = table.num_rows
+    columns = [
+        table.column("key"),
+        table.column("value"),
+        pa.array([topic] * n, pa.string()),
+        pa.array([partition] * n, pa.int32()),
+        table.column("offset"),
+        table.column("publish_time"),
+        table.column("event_time"),
+        table.column("properties"),
+        table.column("producer_name"),
+        table.column("sequence_id"),
+    ]
+    if data_type is not None:
+        values = table.column("value").to_pylist()
+        columns.append(decode_json(values, data_type))
+    return pa.Table.from_arrays(columns, schema=arrow_schema(data_type))
+
+
+# -- schemas: Avro-style record definitions (JSON and AVRO topics) → Arrow / Spark -----------
+
+_PRIMITIVES: dict[str, tuple[pa.DataType, str]] = {
+    "string": (pa.string(), "string"),
+    "int": (pa.int32(), "int"),
+    "long": (pa.int64(), "bigint"),
+    "float": (pa.float32(), "float"),
+    "double": (pa.float64(), "double"),
+    "boolean": (pa.bool_(), "boolean"),
+    "bytes": (pa.binary(), "binary"),
+}
+
+
+def record_type(definition: Any) -> tuple[pa.DataType, str] | None:
+    """Arrow type and Spark DDL of a record schema, or None if it is not a plain record."""
+    if not isinstance(definition, dict) or definition.get("type") != "record":
+        return None
+    arrow_fields, ddl = [], []
+    for f in definition.get("fields", []):
+        mapped = _field_type(f.get("type"))
+        if mapped is None:
+            return None
+        arrow_fields.append(pa.field(f["name"], mapped[0]))
+        ddl.append(f"`{f['name']}` {mapped[1]}")
+    return pa.struct(arrow_fields), f"struct<{', '.join(ddl)}>"
+
+
+def _field_type(t: Any) -> tuple[pa.DataType, str] | None:
+    if isinstance(t, list):  # a union: ["null", T] is a nullable T
+        rest = [x for x in t if x != "null"]
+        return _field_type(rest[0]) if len(rest) == 1 else None
+    if isinstance(t, str):
+        return _PRIMITIVES.get(t)
+    if isinstance(t, dict) and t.get("type") == "record":
+        return record_type(t)
+    if isinstance(t, dict) and t.get("type") == "array":
+        inner = _field_type(t.get("items"))
+        return (pa.list_(inner[0]), f"array<{inner[1]}>") if inner else None
+    if isinstance(t, dict) and isinstance(t.get("type"), str):
+        return _PRIMITIVES.get(t["type"])
+    return None
+
+
+def decode_json(values: list[bytes | None], data_type: pa.DataType) -> pa.Array:
+    """JSON-encoded values → a struct column (None where a value does not parse)."""
+    names = [f.name for f in data_type]
+    decoded: list[dict[str, Any] | None] = []
+    for raw in values:
+        try:
+            obj = json.loads(raw) if raw is not None else None
+        except ValueError:
+            obj = None
+        decoded.append({k: obj.get(k) for k in names} if isinstance(obj, dict) else None)
+    return pa.array(decoded, type=data_type)
