@@ -250,22 +250,26 @@ class TopicAdmin:
         await topic.unsubscribe(sub)
 
     async def skip(self, name: TopicName, sub: str, count: int) -> None:
+        """Acknowledge the first ``count`` unacknowledged messages; durable on return."""
         if count < 0:
             raise InvalidRequestError(f"cannot skip a negative number of messages ({count})")
         _, found = await self.subscription(name, sub)
-        offset, skipped, end = found.cursor.mark_delete, 0, found.ledger.end_offset
-        while skipped < count and offset < end:
+        offsets: list[int] = []
+        offset, end = found.cursor.mark_delete, found.ledger.end_offset
+        while len(offsets) < count:
             offset = found.cursor.first_unacked(offset)
             if offset >= end:
                 break
-            found.cursor.ack([offset])
-            skipped += 1
+            offsets.append(offset)
             offset += 1
+        # Through the subscription, not the bare cursor: deliveries pending on connected
+        # consumers are settled too, so stats stop counting them as unacknowledged.
+        found.ack({o: [o] for o in offsets})
         await self._persist(found)
 
     async def skip_all(self, name: TopicName, sub: str) -> None:
         _, found = await self.subscription(name, sub)
-        found.cursor.ack_cumulative(found.ledger.end_offset - 1)
+        found.ack_cumulative(found.ledger.end_offset - 1)
         await self._persist(found)
 
     async def reset_cursor(self, name: TopicName, sub: str, timestamp: int) -> int:

@@ -14,11 +14,13 @@ Only a prefix of the log is ever removed, and never the open segment.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 
 from magnetar.broker.broker import Broker
 from magnetar.broker.topic import Topic
 from magnetar.core.clock import SYSTEM_CLOCK, Clock
+from magnetar.storage import SegmentState
 
 log = logging.getLogger(__name__)
 MiB = 1024 * 1024
@@ -43,18 +45,29 @@ class RetentionService:
                 log.exception("retention sweep failed")
 
     async def sweep(self) -> int:
-        """Apply TTL and retention to every loaded topic now; returns segments deleted."""
+        """Apply TTL and retention to every loaded topic now; returns segments deleted.
+
+        A topic that fails is logged and skipped, so one bad topic never stops TTL and
+        retention for all the others; the next sweep tries it again.
+        """
         deleted = 0
         for topic in list(self.broker.topics.values()):
-            policies = await self.broker.policies(topic.name)
-            if policies.message_ttl_in_seconds:
-                await self._expire(topic, policies.message_ttl_in_seconds)
-            retention = policies.retention_policies or {}
-            minutes = int(retention.get("retentionTimeInMinutes", -1))
-            size_mb = int(retention.get("retentionSizeInMB", -1))
-            if minutes >= 0 or size_mb >= 0:
-                deleted += await self._trim(topic, minutes, size_mb)
+            try:
+                deleted += await self._sweep_topic(topic)
+            except Exception:
+                log.exception("retention sweep of %s failed", topic.name)
         return deleted
+
+    async def _sweep_topic(self, topic: Topic) -> int:
+        policies = await self.broker.policies(topic.name)
+        if policies.message_ttl_in_seconds:
+            await self._expire(topic, policies.message_ttl_in_seconds)
+        retention = policies.retention_policies or {}
+        minutes = int(retention.get("retentionTimeInMinutes", -1))
+        size_mb = int(retention.get("retentionSizeInMB", -1))
+        if minutes < 0 and size_mb < 0:
+            return 0
+        return await self._trim(topic, minutes, size_mb)
 
     async def _expire(self, topic: Topic, ttl_seconds: int) -> None:
         cutoff = await topic.ledger.find_offset(self.clock.now_ms() - ttl_seconds * 1000)
@@ -66,11 +79,14 @@ class RetentionService:
         ledger = topic.ledger
         durable = [s for s in topic.subscriptions.values() if s.durable]
         consumed = min((s.cursor.mark_delete for s in durable), default=ledger.end_offset)
-        candidates = [
-            s
-            for s in ledger.segments()[:-1]
-            if s.end_offset <= consumed and s.state.value != "OFFLOADING"
-        ]
+        # A prefix only, as the ledger trims: stop at the first segment still being read
+        # by a subscription or being offloaded.
+        candidates = list(
+            itertools.takewhile(
+                lambda s: s.end_offset <= consumed and s.state is not SegmentState.OFFLOADING,
+                ledger.segments()[:-1],
+            )
+        )
         remaining = sum(s.size for s in candidates)
         now = self.clock.now_ms()
         keep_from = None

@@ -54,6 +54,18 @@ def _pulsar() -> Any:
     return pulsar
 
 
+def _client(pulsar: Any, service_url: str | None) -> Any:
+    """A client that logs errors only: its default logger writes INFO lines to stdout, which
+    broke ``--json`` output and buried our own message. (A Python ``logging`` logger, which
+    would go to stderr, made the process abort at exit now and then: "terminate called
+    without an active exception".)"""
+    return pulsar.Client(
+        service_url or "pulsar://localhost:6650",
+        operation_timeout_seconds=10,
+        logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
+    )
+
+
 def _properties(items: list[str]) -> dict[str, str]:
     out = {}
     for item in items:
@@ -67,9 +79,7 @@ def _properties(items: list[str]) -> dict[str, str]:
 def produce_command(args: argparse.Namespace) -> int:
     pulsar = _pulsar()
     props = _properties(args.property)
-    client = pulsar.Client(
-        args.service_url or "pulsar://localhost:6650", operation_timeout_seconds=10
-    )
+    client = _client(pulsar, args.service_url)
     try:
         producer = client.create_producer(args.topic, batching_enabled=False)
         sent = 0
@@ -93,9 +103,7 @@ def produce_command(args: argparse.Namespace) -> int:
 
 def consume_command(args: argparse.Namespace) -> int:
     pulsar = _pulsar()
-    client = pulsar.Client(
-        args.service_url or "pulsar://localhost:6650", operation_timeout_seconds=10
-    )
+    client = _client(pulsar, args.service_url)
     try:
         consumer = client.subscribe(
             args.topic,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import urllib.error
 import urllib.request
@@ -25,19 +26,34 @@ class RestClient:
     def call(self, method: str, path: str, body: Any = None) -> Any:
         """Send one request; returns the decoded JSON answer (None for 204)."""
         data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(self.url + path, data=data, method=method)
+        try:
+            request = urllib.request.Request(self.url + path, data=data, method=method)
+        except ValueError:
+            raise AdminCallError(
+                f"--url must be an http(s) URL such as http://localhost:8080, got {self.url!r}"
+            ) from None
         request.add_header("Content-Type", "application/json")
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
                 raw = response.read()
         except urllib.error.HTTPError as e:
             raise AdminCallError(f"{_reason(e)} (HTTP {e.code} from {method} {path})") from None
-        except urllib.error.URLError as e:
+        except (OSError, http.client.HTTPException) as e:  # URLError is an OSError
+            reason = e.reason if isinstance(e, urllib.error.URLError) else str(e)
             raise AdminCallError(
-                f"cannot reach Magnetar at {self.url} ({e.reason}); is `magnetar standalone` "
-                "running there? Pass --url to point elsewhere"
+                f"cannot reach Magnetar at {self.url} ({reason or type(e).__name__}); is "
+                "`magnetar standalone` running there? Pass --url to point elsewhere"
             ) from None
+        return _decode(raw, f"{method} {path}")
+
+
+def _decode(raw: bytes, call: str) -> Any:
+    try:
         return json.loads(raw) if raw else None
+    except ValueError:
+        raise AdminCallError(
+            f"the answer to {call} is not JSON: is --url the Magnetar admin (HTTP) port?"
+        ) from None
 
 
 def _reason(e: urllib.error.HTTPError) -> str:

@@ -44,7 +44,7 @@ def routes(broker: Broker) -> list[Route]:
 
     async def put_namespace(request: web.Request) -> web.Response:
         body = await json_body(request, required=False)
-        policies = _policies_from(body) if isinstance(body, dict) else None
+        policies = None if body is None else _policies_from(body)
         await ns.create_namespace(
             request.match_info["tenant"], request.match_info["namespace"], policies
         )
@@ -88,14 +88,24 @@ def _tenant_info(info: Any) -> dict[str, Any]:
     if not isinstance(info, dict):
         raise InvalidRequestError("tenant info must be a JSON object")
     roles, clusters = info.get("adminRoles", []), info.get("allowedClusters", [])
-    if not isinstance(roles, list) or not isinstance(clusters, list):
-        raise InvalidRequestError("adminRoles and allowedClusters must be lists of strings")
+    for value in (roles, clusters):
+        if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+            raise InvalidRequestError(
+                f"adminRoles and allowedClusters must be lists of strings, got {value!r}"
+            )
     return {"adminRoles": roles, "allowedClusters": clusters}
 
 
-def _policies_from(body: dict[str, Any]) -> Policies:
-    known = {f.name for f in dataclasses.fields(Policies)}
-    return Policies(**{k: v for k, v in body.items() if k in known})
+def _policies_from(body: Any) -> Policies:
+    """Policies from a namespace-creation body (Pulsar's field names), each value checked
+    as its own policy call checks it; fields Magnetar does not know are ignored, as Pulsar
+    ignores unknown JSON properties."""
+    if not isinstance(body, dict):
+        raise InvalidRequestError("namespace policies must be a JSON object")
+    parsers = {field: parse for _, field, parse, _, _ in _POLICIES}
+    parsers["backlog_quota_map"] = _backlog_quota_map
+    values = {k: parsers[k](v) for k, v in body.items() if k in parsers and v is not None}
+    return Policies(**values)
 
 
 # -- policies: one GET/POST(/PUT)/DELETE trio per policy ---------------------------------------
@@ -140,6 +150,15 @@ def _backlog_quota(value: Any) -> dict[str, Any]:
     if policy not in ("producer_request_hold", "producer_exception", "consumer_backlog_eviction"):
         raise InvalidRequestError(f"unknown backlog quota policy {policy!r}")
     return {"limitSize": limit, "limitTime": seconds, "policy": policy}
+
+
+def _backlog_quota_map(value: Any) -> dict[str, Any]:
+    """Pulsar's ``{"destination_storage": quota}`` map, as stored: the quota, or {}."""
+    if value == {}:
+        return {}
+    if not isinstance(value, dict) or set(value) != {"destination_storage"}:
+        raise InvalidRequestError('backlog_quota_map must be {"destination_storage": {...}}')
+    return _backlog_quota(value["destination_storage"])
 
 
 # (path suffix, Policies field, parser, value when deleted, write method)

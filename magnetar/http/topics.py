@@ -42,11 +42,12 @@ def _message_id(body: Any, query: str | None) -> MessageId:
     if query == "earliest":
         return EARLIEST
     if isinstance(body, dict) and "ledgerId" in body and "entryId" in body:
-        return MessageId(
-            int(body["ledgerId"]), int(body["entryId"]), int(body.get("batchIndex", -1))
-        )
+        parts = [body["ledgerId"], body["entryId"], body.get("batchIndex", -1)]
+        if all(isinstance(p, int) and not isinstance(p, bool) for p in parts):
+            return MessageId(*parts)
     raise InvalidRequestError(
-        'position must be {"ledgerId": L, "entryId": E} or ?messageId=earliest|latest'
+        'position must be {"ledgerId": L, "entryId": E} with integers, '
+        f"or ?messageId=earliest|latest; got {body!r}"
     )
 
 
