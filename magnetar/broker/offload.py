@@ -20,10 +20,16 @@ from magnetar.broker.broker import Broker
 from magnetar.broker.errors import InvalidRequestError
 from magnetar.broker.topic import Topic
 from magnetar.core.clock import SYSTEM_CLOCK, Clock
+from magnetar.ledger.errors import SegmentNotOffloadableError
 from magnetar.storage import SegmentInfo, SegmentState
+from magnetar.tier.object_store import TMP_MARK
 
 log = logging.getLogger(__name__)
-_SEGMENT_KEY = re.compile(r"^(?P<partition>.+)/(?P<sid>\d{20})\.(parquet|manifest\.json)$")
+_SEGMENT_KEY = re.compile(
+    r"^(?P<partition>.+)/(?P<sid>\d{20})\.(parquet|manifest\.json)"
+    r"(?P<tmp>" + re.escape(TMP_MARK) + r".+)?$"
+)
+_HOLDS_OBJECT = {SegmentState.OFFLOADED, SegmentState.OFFLOADING}
 
 
 @dataclass
@@ -54,25 +60,29 @@ class OffloadService:
     async def _loop(self) -> None:
         while True:
             await asyncio.sleep(self.interval)
-            try:
-                await self.sweep()
-            except Exception:
-                log.exception("offload sweep failed")
+            await self.sweep()
 
     # -- requests -----------------------------------------------------------------------
 
     def request(self, topic: Topic, before: int) -> int:
-        """Offload every closed segment wholly before offset ``before``; returns how many
-        segments that is. InvalidRequestError when there is nothing to offload."""
-        due = [s for s in self._closed_local(topic) if s.end_offset <= before]
-        if not due:
+        """Offload every closed segment wholly before offset ``before``, in the background;
+        returns how many segments that starts (0 when all of them are offloaded already).
+
+        Nothing is durable when this returns: the status says when it is done. Raises
+        InvalidRequestError, changing nothing, when no closed segment lies before ``before``.
+        """
+        wanted = [s for s in topic.ledger.segments()[:-1] if s.end_offset <= before]
+        if not wanted:
             raise InvalidRequestError(
                 f"nothing to offload in {topic.name}: no closed segment lies before the given "
-                "message (the open segment is never offloaded; wait for it to roll)"
+                "message. The open segment, which holds the latest messages, is never "
+                "offloaded: wait for it to roll (segment size, entries or age) and retry"
             )
-        status = self.status.setdefault(str(topic.name), OffloadStatus())
-        status.requested_before = max(status.requested_before, before)
-        self._start(topic, due)
+        due = [s for s in wanted if s.state is SegmentState.CLOSED and s.local]
+        if due:
+            status = self.status.setdefault(str(topic.name), OffloadStatus())
+            status.requested_before = max(status.requested_before, before)
+            self._start(topic, due)
         return len(due)
 
     def status_of(self, topic: Topic) -> OffloadStatus:
@@ -81,11 +91,20 @@ class OffloadService:
     # -- the sweep ------------------------------------------------------------------------
 
     async def sweep(self) -> None:
+        """Start the offloads the policies ask for and drop local copies past their lag, on
+        every loaded topic. A topic that fails (deleted meanwhile, say) is logged and skipped:
+        it never stops the others."""
         for topic in list(self.broker.topics.values()):
-            due = await self._due(topic)
-            if due:
-                self._start(topic, due)
-            await self._drop_local_copies(topic)
+            try:
+                await self._sweep_topic(topic)
+            except Exception:
+                log.exception("offload sweep of %s failed", topic.name)
+
+    async def _sweep_topic(self, topic: Topic) -> None:
+        due = await self._due(topic)
+        if due:
+            self._start(topic, due)
+        await self._drop_local_copies(topic)
 
     async def _due(self, topic: Topic) -> list[SegmentInfo]:
         closed = self._closed_local(topic)
@@ -97,7 +116,11 @@ class OffloadService:
             s.segment_id for s in closed if status and s.end_offset <= status.requested_before
         }
         if policies.offload_threshold >= 0:
-            local = sum(s.size for s in topic.ledger.segments() if s.local)
+            # What still has to go: offloaded segments waiting for their lag do not count.
+            segments = topic.ledger.segments()
+            local = sum(
+                s.size for s in segments if s.local and s.state is not SegmentState.OFFLOADED
+            )
             for s in closed:
                 if local <= policies.offload_threshold:
                     break
@@ -124,8 +147,8 @@ class OffloadService:
         status = self.status.setdefault(str(topic.name), OffloadStatus())
         try:
             for seg in due:
-                await topic.ledger.offload(seg.segment_id)
-                status.offloaded += 1
+                if await self._offload_one(topic, seg):
+                    status.offloaded += 1
         except Exception as e:
             status.status, status.last_error = "ERROR", f"{type(e).__name__}: {e}"
             log.warning("offload of %s failed (will retry): %s", topic.name, e)
@@ -133,6 +156,17 @@ class OffloadService:
         status.status, status.last_error = "SUCCESS", ""
         if not [s for s in self._closed_local(topic) if s.end_offset <= status.requested_before]:
             status.requested_before = -1
+
+    @staticmethod
+    async def _offload_one(topic: Topic, seg: SegmentInfo) -> bool:
+        """Offload ``seg``; False if it was no longer offloadable (trimmed by retention, or
+        offloaded by an admin call meanwhile), which is no failure."""
+        try:
+            await topic.ledger.offload(seg.segment_id)
+        except SegmentNotOffloadableError as e:
+            log.info("skipping offload: %s", e)
+            return False
+        return True
 
     async def _drop_local_copies(self, topic: Topic) -> None:
         policies = await self.broker.policies(topic.name)
@@ -147,7 +181,12 @@ class OffloadService:
 
     async def cleanup_orphans(self) -> int:
         """Delete objects no segment record vouches for: half-written uploads, objects of
-        offloads interrupted by a crash (their segments were reverted to CLOSED)."""
+        offloads interrupted by a crash (their segments were reverted to CLOSED), objects of
+        deleted topics. Returns how many were deleted.
+
+        Meant for start-up, but safe at any time: the objects of a segment being offloaded
+        right now (temporary ones included) are vouched for by its OFFLOADING state.
+        """
         tier = self.broker.tier
         assert tier is not None
         keys = await asyncio.to_thread(tier.store.list)
@@ -161,19 +200,18 @@ class OffloadService:
     def _vouched(self, key: str) -> bool:
         m = _SEGMENT_KEY.match(key)
         if m is None:
-            return False  # temp files of interrupted uploads, stray objects
+            return False  # stray objects
         partition, sid = m.group("partition"), int(m.group("sid"))
         storage = self.broker.storage
         if not storage.has_partition(partition):
             return False
-        return any(
-            s.segment_id == sid and s.state in (SegmentState.OFFLOADED, SegmentState.OFFLOADING)
-            for s in storage.segments(partition)
-        )
+        # A temporary upload is only alive while its segment is being offloaded.
+        alive = {SegmentState.OFFLOADING} if m.group("tmp") else _HOLDS_OBJECT
+        return any(s.segment_id == sid and s.state in alive for s in storage.segments(partition))
 
     async def aclose(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-        for task in self._running.values():
+        """Stop sweeping and cancel running offloads; their segments go back to CLOSED."""
+        tasks = [*self._running.values(), *([self._task] if self._task else [])]
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._running.values(), return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)

@@ -96,11 +96,13 @@ class Subscription:
         self._pending: dict[int, tuple[Consumer, int]] = {}  # base → (consumer, count)
         self._replay: set[int] = set()
         self._redeliveries: dict[int, int] = defaultdict(int)
-        self._counts: dict[int, int] = {}  # entry sizes of replayed entries
+        self._counts: dict[int, int] = {}  # base → messages, of every unsettled delivered entry
         self._rr = 0
         self._ring: list[tuple[int, Consumer]] = []
         self._task: asyncio.Task[None] | None = None
         self._again = False
+        self._epoch = 0  # bumped by seek: reads started before it are stale
+        self._seeking: asyncio.Future[None] | None = None
         self._remove_listener = ledger.on_append(self.kick)
 
     # -- membership ---------------------------------------------------------------------
@@ -158,10 +160,16 @@ class Subscription:
         self.cursor.ack(o for offsets in acks.values() for o in offsets)
         self._settle(set(acks))
 
-    def entry_count(self, base: int) -> int:
-        """Messages in the entry at ``base`` if it is pending here (else 1)."""
-        pending = self._pending.get(base)
-        return pending[1] if pending else self._counts.get(base, 1)
+    def entry_count(self, base: int) -> int | None:
+        """Messages in the entry at ``base``, if it was delivered and is not settled yet.
+
+        None otherwise (e.g. an ack that arrives after a broker restart): the caller reads the
+        entry and tells :meth:`remember_count` before acknowledging inside it.
+        """
+        return self._counts.get(base)
+
+    def remember_count(self, base: int, count: int) -> None:
+        self._counts[base] = count
 
     def ack_cumulative(self, upto: int) -> None:
         """Acknowledge every offset <= ``upto``."""
@@ -173,7 +181,7 @@ class Subscription:
     def _settle(self, bases: set[int]) -> None:
         for base in bases:
             owner = self._pending.get(base)
-            count = owner[1] if owner else 1
+            count = self._counts.get(base, 1)
             if self.cursor.acked_count(base, base + count) >= count:
                 if owner:
                     owner[0].pending.discard(base)
@@ -181,6 +189,7 @@ class Subscription:
                     del self._pending[base]
                 self._replay.discard(base)
                 self._redeliveries.pop(base, None)
+                self._counts.pop(base, None)
         if self.store is not None:
             self.store.changed()
         if self.type is SubType.KEY_SHARED:
@@ -200,16 +209,35 @@ class Subscription:
             self.kick()
 
     async def seek(self, offset: int) -> None:
-        """Move the cursor to ``offset``: everything before acknowledged, nothing after."""
+        """Move the cursor to ``offset``: everything before acknowledged, nothing after.
+
+        The new position applies at once (a dispatch already under way is discarded) and is
+        durable when this returns; :meth:`settled` waits for that.
+        """
         self.cursor.reset(offset)
         self._pending.clear()
         self._replay.clear()
         self._redeliveries.clear()
+        self._counts.clear()
         self.read_position = offset
+        self._epoch += 1
         for c in self.consumers:
             c.pending.clear()
-        if self.store is not None:
+        if self.store is None:
+            return
+        done = asyncio.get_running_loop().create_future()
+        self._seeking = done
+        try:
             await self.store.flush()
+        finally:
+            done.set_result(None)
+            if self._seeking is done:
+                self._seeking = None
+
+    async def settled(self) -> None:
+        """Return once no seek is being persisted."""
+        while self._seeking is not None:
+            await asyncio.shield(self._seeking)
 
     @property
     def backlog(self) -> int:
@@ -240,8 +268,11 @@ class Subscription:
 
     async def _dispatch(self) -> None:
         while any(c.permits > 0 for c in self.consumers):
+            epoch = self._epoch
             if self._replay:
                 entries = await self._read_replay()
+                if epoch != self._epoch:
+                    continue
                 if not entries:
                     continue
                 if not self._send(entries, replay=True):
@@ -249,6 +280,8 @@ class Subscription:
             elif self.read_position < self.ledger.end_offset:
                 budget = max(1, min(READ_BATCH, sum(max(c.permits, 0) for c in self.consumers)))
                 entries = await self.ledger.read(self.read_position, max_entries=budget)
+                if epoch != self._epoch:
+                    continue
                 if not entries:
                     return
                 sent = self._send(entries, replay=False)
@@ -265,6 +298,7 @@ class Subscription:
                 out.append(got[0])
             else:
                 self._replay.discard(base)  # trimmed away by retention: nothing to redeliver
+                self._counts.pop(base, None)
         return out
 
     def _send(self, entries: list[Entry], *, replay: bool) -> int:
@@ -291,6 +325,7 @@ class Subscription:
             batches.setdefault(id(consumer), (consumer, []))[1].append(delivery)
             consumer.permits -= count
             consumer.pending.add(base)
+            self._counts[base] = count
             consumer.delivered += 1
             self._pending[base] = (consumer, count)
             self._replay.discard(base)

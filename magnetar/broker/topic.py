@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import enum
 import itertools
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from magnetar.broker.cursor import CursorStore
@@ -40,6 +42,7 @@ class Producer:
     user_named: bool
     published: int = 0
     closed: bool = False
+    on_fenced: Callable[[], None] | None = None  # set by the protocol handler that owns it
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +59,7 @@ class Topic:
     producers: list[Producer] = field(default_factory=list)
     subscriptions: dict[str, Subscription] = field(default_factory=dict)
     dedup: Deduplication | None = None
-    _exclusive_waiters: list[asyncio.Future[None]] = field(default_factory=list)
+    _exclusive_waiters: deque[tuple[Producer, asyncio.Future[None]]] = field(default_factory=deque)
 
     @property
     def cursor_root(self) -> str:
@@ -69,43 +72,82 @@ class Topic:
 
     # -- producers ----------------------------------------------------------------------
 
-    async def add_producer(self, name: str | None, mode: AccessMode) -> Producer:
-        """Attach a producer; WaitForExclusive waits here until the topic is free."""
+    async def add_producer(
+        self, name: str | None, mode: AccessMode, *, on_queued: Callable[[], None] | None = None
+    ) -> Producer:
+        """Attach a producer under Pulsar's access-mode rules (nothing durable changes).
+
+        Shared is refused (ProducerBusyError) while an exclusive producer holds or waits for
+        the topic; Exclusive is refused (ProducerFencedError) while any producer holds it;
+        ExclusiveWithFencing evicts every other producer; WaitForExclusive queues, first come
+        first served, until the topic has no producer: ``on_queued`` is called when it has
+        to wait. Cancelling a queued call leaves the queue (and the topic) as it was.
+        """
         if name and any(p.name == name for p in self.producers):
             raise ProducerBusyError(f"producer {name!r} is already connected to {self.name}")
-        while True:
-            exclusive = [p for p in self.producers if p.access_mode is not AccessMode.SHARED]
-            if mode is AccessMode.SHARED and not exclusive:
-                break
-            if mode is not AccessMode.SHARED and not self.producers:
-                break
-            if mode is AccessMode.EXCLUSIVE_WITH_FENCING:
-                for p in list(self.producers):
-                    self.remove_producer(p)
-                break
-            if mode is not AccessMode.WAIT_FOR_EXCLUSIVE:
-                error = ProducerFencedError if exclusive else ProducerBusyError
-                raise error(
-                    f"topic {self.name} has an exclusive producer; "
-                    "use WaitForExclusive to wait for it"
-                    if exclusive
-                    else f"topic {self.name} has producers; exclusive access was refused"
-                )
-            waiter = asyncio.get_running_loop().create_future()
-            self._exclusive_waiters.append(waiter)
-            await waiter
         producer = Producer(self, name or f"standalone-{next(_names)}", mode, bool(name))
+        if mode is AccessMode.WAIT_FOR_EXCLUSIVE and (self.producers or self._exclusive_waiters):
+            return await self._queue_exclusive(producer, on_queued)
+        self._check_access(mode)
+        if mode is AccessMode.EXCLUSIVE_WITH_FENCING:
+            for p in list(self.producers):
+                self._fence(p)
         self.producers.append(producer)
         return producer
 
+    def _check_access(self, mode: AccessMode) -> None:
+        exclusive = next(
+            (p for p in self.producers if p.access_mode is not AccessMode.SHARED), None
+        )
+        holder = f": {exclusive.name}" if exclusive else ""
+        if mode is AccessMode.SHARED and (exclusive or self._exclusive_waiters):
+            raise ProducerBusyError(
+                f"topic {self.name} has an existing exclusive producer{holder}; "
+                "wait for it to close or use an exclusive access mode"
+            )
+        if mode is AccessMode.EXCLUSIVE and (exclusive or self._exclusive_waiters):
+            raise ProducerFencedError(
+                f"topic {self.name} has an existing exclusive producer{holder}; "
+                "use WaitForExclusive to wait for it"
+            )
+        if mode is AccessMode.EXCLUSIVE and self.producers:
+            raise ProducerFencedError(
+                f"topic {self.name} has existing shared producers; exclusive access was refused"
+            )
+
+    async def _queue_exclusive(
+        self, producer: Producer, on_queued: Callable[[], None] | None
+    ) -> Producer:
+        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._exclusive_waiters.append((producer, turn))
+        if on_queued is not None:
+            on_queued()
+        try:
+            await turn
+        except asyncio.CancelledError:
+            if (producer, turn) in self._exclusive_waiters:
+                self._exclusive_waiters.remove((producer, turn))
+            else:  # it got the topic just as it was cancelled: hand it on
+                self.remove_producer(producer)
+            raise
+        return producer
+
+    def _fence(self, producer: Producer) -> None:
+        """Evict ``producer``: it may publish nothing more, and its owner is told."""
+        self.remove_producer(producer)
+        if producer.on_fenced is not None:
+            producer.on_fenced()
+
     def remove_producer(self, producer: Producer) -> None:
+        """Detach ``producer``; the next WaitForExclusive producer gets a topic left empty."""
         if producer in self.producers:
             self.producers.remove(producer)
             producer.closed = True
-        waiters, self._exclusive_waiters = self._exclusive_waiters, []
-        for w in waiters:
-            if not w.done():
-                w.set_result(None)
+        while not self.producers and self._exclusive_waiters:
+            waiting, turn = self._exclusive_waiters.popleft()
+            if not turn.done():  # done: cancelled, its task is about to leave the queue
+                self.producers.append(waiting)
+                turn.set_result(None)
 
     async def publish(
         self,

@@ -97,8 +97,21 @@ class Commands:
             n = await self.broker.schemas.add(name.base.path, _schema_info(cmd.schema), strategy)
             version = responses.schema_version_bytes(n)
         wanted = cmd.producer_name if cmd.HasField("producer_name") else None
-        producer = await topic.add_producer(wanted or None, AccessMode(cmd.producer_access_mode))
+
+        def queued() -> None:
+            # Pulsar's answer to a WaitForExclusive producer that has to wait: the client
+            # stops its request timer and waits for a second, ready, PRODUCER_SUCCESS.
+            self.conn.write(
+                responses.producer_success(
+                    cmd.request_id, wanted or "", schema_version=version, producer_ready=False
+                )
+            )
+
+        mode = AccessMode(cmd.producer_access_mode)
+        with self.conn.opening_producer(cmd.producer_id):
+            producer = await topic.add_producer(wanted or None, mode, on_queued=queued)
         self.conn.producers[cmd.producer_id] = ProducerHandle(producer, topic, name.partition)
+        producer.on_fenced = lambda: self.conn.close_producer_by_broker(cmd.producer_id)
         last = topic.dedup.persisted.get(producer.name, -1) if topic.dedup else -1
         self.conn.write(
             responses.producer_success(
@@ -124,6 +137,10 @@ class Commands:
     async def _publish(self, handle: ProducerHandle, frame: Frame) -> None:
         cmd, payload = frame.command.send, frame.payload
         assert payload is not None
+        if handle.producer.closed:  # fenced while this SEND was on its way
+            code, text = pb.ServerError.ProducerFenced, "the producer was fenced by another one"
+            self.conn.write(responses.send_error(cmd.producer_id, cmd.sequence_id, code, text))
+            return
         md = payload.metadata
         count = cmd.num_messages if cmd.HasField("num_messages") else 1
         result = await handle.topic.publish(
@@ -149,6 +166,7 @@ class Commands:
 
     def _on_close_producer(self, frame: Frame) -> None:
         cmd = frame.command.close_producer
+        self.conn.cancel_opening_producer(cmd.producer_id)
         handle = self.conn.producers.pop(cmd.producer_id, None)
         if handle is not None:
             handle.topic.remove_producer(handle.producer)
@@ -167,13 +185,14 @@ class Commands:
             )
         ledger = topic.ledger
         if cmd.HasField("start_message_id"):
-            start = _reader_start(ledger, from_wire(cmd.start_message_id))
+            start = _start_offset(ledger, from_wire(cmd.start_message_id))
         elif cmd.initial_position == pb.CommandSubscribe.InitialPosition.Earliest:
             start = ledger.start_offset
         else:
             start = ledger.end_offset
         sub_type = self.conn.sub_type(cmd.sub_type)
         sub = await topic.subscription(cmd.subscription, sub_type, durable=cmd.durable, start=start)
+        await sub.settled()  # a seek in progress: attach at the new position
         consumer = Consumer(
             cmd.consumer_id,
             cmd.consumer_name or f"consumer-{cmd.consumer_id}",
@@ -190,18 +209,34 @@ class Commands:
         if handle is not None:
             handle.subscription.flow(handle.consumer, cmd.message_permits)
 
-    def _on_ack(self, frame: Frame) -> None:
+    def _on_ack(self, frame: Frame) -> Awaitable[None] | None:
         cmd = frame.command.ack
         handle = self.conn.consumers.get(cmd.consumer_id)
         if handle is None or cmd.HasField("validation_error"):
-            return  # a consumer that saw a bad checksum: keep the message pending
-        sub, ledger = handle.subscription, handle.topic.ledger
+            return None  # a consumer that saw a bad checksum: keep the message pending
+        ledger, sub = handle.topic.ledger, handle.subscription
+        bases = [_entry_offset(ledger, from_wire(d)) for d in cmd.message_id]
+        unknown = [b for b in bases if sub.entry_count(b) is None]
+        if unknown:  # entries this subscription has not delivered since it was loaded
+            return self._ack_after_reading(handle, cmd, bases, unknown)
+        self._apply_ack(handle, cmd, bases)
+        return None
+
+    async def _ack_after_reading(
+        self, handle: ConsumerHandle, cmd: pb.CommandAck, bases: list[int], unknown: list[int]
+    ) -> None:
+        for base in unknown:
+            entries = await handle.topic.ledger.read(base, max_entries=1)
+            if entries and entries[0].base_offset == base:
+                handle.subscription.remember_count(base, entries[0].count)
+        self._apply_ack(handle, cmd, bases)
+
+    def _apply_ack(self, handle: ConsumerHandle, cmd: pb.CommandAck, bases: list[int]) -> None:
+        sub = handle.subscription
         cumulative = cmd.ack_type == pb.CommandAck.AckType.Cumulative
         acks: dict[int, list[int]] = {}
-        for data in cmd.message_id:
-            mid = from_wire(data)
-            base = ledger.offset_of(MessageId(mid.ledger_id, mid.entry_id))
-            count = sub.entry_count(base)
+        for data, base in zip(cmd.message_id, bases, strict=True):
+            count = sub.entry_count(base) or 1  # None: no such entry (trimmed away)
             if data.ack_set:
                 offsets = [base + i for i in range(count) if not _bit(data.ack_set, i)]
                 if cumulative:
@@ -246,7 +281,7 @@ class Commands:
             self.conn.write(
                 responses.error(
                     cmd.request_id,
-                    pb.ServerError.UnknownError,
+                    pb.ServerError.MetadataError,  # what Pulsar answers
                     f"subscription {handle.subscription.name!r} has {len(others)} other "
                     "consumer(s); close them before unsubscribing",
                 )
@@ -269,17 +304,16 @@ class Commands:
         if cmd.HasField("message_publish_time"):
             offset = await ledger.find_offset(cmd.message_publish_time)
         else:
-            mid = from_wire(cmd.message_id)
-            offset = _seek_offset(ledger, mid)
+            offset = _start_offset(ledger, from_wire(cmd.message_id))
+        # As Pulsar does: close the subscription's consumers first, reset, then answer. The
+        # client completes its seek only once it has subscribed again, and only then does it
+        # take the seek position as its start (an answer before the close would make it
+        # restart after the last message it had read instead).
+        for consumer in list(sub.consumers):
+            sub.remove_consumer(consumer)
+            consumer.sink.closed_by_broker(consumer)
         await sub.seek(offset)
         self.conn.write(responses.success(cmd.request_id))
-        # As Pulsar does: close the subscription's consumers; clients re-subscribe at once.
-        for consumer in list(sub.consumers):
-            consumer.sink.closed_by_broker(consumer)
-            sub.remove_consumer(consumer)
-        for cid, h in list(self.conn.consumers.items()):
-            if h.subscription is sub:
-                self.conn.consumers.pop(cid)
 
     async def _on_get_last_message_id(self, frame: Frame) -> None:
         cmd = frame.command.get_last_message_id
@@ -347,20 +381,20 @@ def _bit(words: Any, i: int) -> bool:
     return bool((words[i // 64] >> (i % 64)) & 1) if i // 64 < len(words) else False
 
 
-def _reader_start(ledger: Any, mid: MessageId) -> int:
-    """Where a reader starting after ``mid`` begins (Pulsar: exclusive of a plain id; the
-    whole entry for a batch id, the client skipping what precedes it)."""
+def _start_offset(ledger: Any, mid: MessageId) -> int:
+    """Where a reader starting at ``mid``, or a seek to ``mid``, begins: at ``mid``'s entry.
+
+    As Pulsar's broker does: it cannot know whether the client wants ``mid`` itself (the
+    client's ``startMessageIdInclusive`` never reaches it), so it delivers the whole entry and
+    the client drops what precedes the start (and the start itself unless inclusive).
+    """
     if mid.is_earliest or mid.ledger_id < 0:
         return int(ledger.start_offset)
     if mid.is_latest:
         return int(ledger.end_offset)
-    base = int(ledger.offset_of(MessageId(mid.ledger_id, mid.entry_id)))
-    return base if mid.batch_index >= 0 else base + 1
+    return _entry_offset(ledger, mid)
 
 
-def _seek_offset(ledger: Any, mid: MessageId) -> int:
-    if mid.is_earliest or mid.ledger_id < 0:
-        return int(ledger.start_offset)
-    if mid.is_latest:
-        return int(ledger.end_offset)
+def _entry_offset(ledger: Any, mid: MessageId) -> int:
+    """The base offset of the entry that ``mid`` names (its batch index left out)."""
     return int(ledger.offset_of(MessageId(mid.ledger_id, mid.entry_id)))

@@ -153,11 +153,18 @@ def producer_success(
     last_sequence_id: int = -1,
     schema_version: bytes | None = None,
     topic_epoch: int | None = None,
+    producer_ready: bool = True,
 ) -> bytes:
-    """``last_sequence_id``: the highest sequence id stored from this producer name (dedup)."""
+    """``last_sequence_id``: the highest sequence id stored from this producer name (dedup).
+
+    ``producer_ready=False``: the producer is queued (WaitForExclusive); a second answer with
+    ``producer_ready=True`` follows when it gets the topic.
+    """
     body = pb.CommandProducerSuccess(
         request_id=request_id, producer_name=producer_name, last_sequence_id=last_sequence_id
     )
+    if not producer_ready:
+        body.producer_ready = False
     if schema_version is not None:
         body.schema_version = schema_version
     if topic_epoch is not None:

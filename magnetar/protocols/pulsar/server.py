@@ -16,9 +16,11 @@ from collections.abc import Awaitable, Callable, Iterator
 
 from magnetar import __version__
 from magnetar.broker import Broker, Consumer, Delivery, SubType
+from magnetar.broker.formats import KAFKA
 from magnetar.core.errors import MagnetarError
 from magnetar.core.ids import MessageId
 from magnetar.core.names import TopicName
+from magnetar.protocols.kafka.conversion import kafka_to_pulsar
 from magnetar.protocols.pulsar import entry_format, responses
 from magnetar.protocols.pulsar._proto import pulsar_api_pb2 as pb
 from magnetar.protocols.pulsar.commands import Commands
@@ -32,6 +34,7 @@ from magnetar.protocols.pulsar.frames import (
 )
 from magnetar.protocols.pulsar.handles import ConsumerHandle, ProducerHandle
 from magnetar.protocols.pulsar.message_ids import to_wire
+from magnetar.storage import Entry
 
 log = logging.getLogger(__name__)
 T = pb.BaseCommand.Type
@@ -238,7 +241,7 @@ class Connection(asyncio.Protocol):
                 responses.message(
                     consumer.consumer_id,
                     mid,
-                    d.entry.payload,
+                    _pulsar_payload(d.entry),
                     redelivery_count=d.redelivery_count,
                     ack_set=ack_set,
                 )
@@ -251,6 +254,11 @@ class Connection(asyncio.Protocol):
         if handle is not None and self.consumers.get(consumer.consumer_id) is handle:
             del self.consumers[consumer.consumer_id]
         self.write(responses.close_consumer(consumer.consumer_id, next(_request_ids)))
+
+    def close_producer_by_broker(self, producer_id: int) -> None:
+        """The broker dropped the producer (fenced): tell the client, forget it."""
+        if self.producers.pop(producer_id, None) is not None:
+            self.write(responses.close_producer(producer_id, next(_request_ids)))
 
     # -- helpers shared by the command handlers ------------------------------------------
 
@@ -276,6 +284,12 @@ class Connection(asyncio.Protocol):
     @staticmethod
     def wire_id(mid: MessageId) -> pb.MessageIdData:
         return to_wire(mid)
+
+
+def _pulsar_payload(entry: Entry) -> bytes:
+    """The entry as a Pulsar client expects it: KAFKA entries (record batches written by
+    Kafka producers) are converted; this is the Pulsar handler's one hook into Kafka."""
+    return kafka_to_pulsar(entry) if entry.format == KAFKA else entry.payload
 
 
 def _ack_set(count: int, acked: list[int]) -> list[int]:
