@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import contextlib
+import logging
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from magnetar.core.errors import MagnetarError
 from magnetar.core.ids import MessageId
+from magnetar.ledger.errors import NoObjectStoreError, SegmentNotOffloadableError
 from magnetar.storage import (
     Entry,
     OffsetOutOfRangeError,
@@ -22,6 +26,8 @@ from magnetar.storage import (
     SegmentState,
 )
 from magnetar.tier import ObjectNotFoundError, Tier
+
+log = logging.getLogger(__name__)
 
 
 class LedgerStorage(Protocol):
@@ -76,6 +82,7 @@ class ManagedLedger:
         self._firsts: dict[int, int] = {}  # segment id → first offset
         self._ids: list[int] = []  # known segment ids, ascending
         self._listeners: list[Callable[[], None]] = []
+        self._offloading: set[int] = set()  # segment ids with an offload in flight
 
     @classmethod
     async def open(
@@ -125,6 +132,15 @@ class ManagedLedger:
             return self.start_offset if i == 0 else self.end_offset
         return first + max(mid.entry_id, 0) + max(mid.batch_index, 0)
 
+    def stored_offset(self, mid: MessageId) -> int | None:
+        """The base offset of the stored entry ``mid`` names, or None when no such entry
+        exists (an unknown segment, or an entry id past its segment's end)."""
+        for seg in self.segments():
+            if seg.segment_id == mid.ledger_id:
+                offset = seg.first_offset + mid.entry_id
+                return offset if mid.entry_id >= 0 and offset < seg.end_offset else None
+        return None
+
     def segment_first_offsets(self) -> dict[int, int]:
         self._refresh()
         return dict(self._firsts)
@@ -169,8 +185,16 @@ class ManagedLedger:
 
     async def _read_offloaded(self, segment_id: int, offset: int, max_entries: int) -> list[Entry]:
         info = self._segment(segment_id)
-        if self.tier is None or info is None:
-            raise OffsetOutOfRangeError(f"segment {segment_id} of {self.name} is not readable")
+        if info is None:  # trimmed by retention meanwhile
+            raise OffsetOutOfRangeError(
+                f"offset {offset} of {self.name} was deleted by retention; the first "
+                f"stored offset is now {self.start_offset}"
+            )
+        if self.tier is None:
+            raise NoObjectStoreError(
+                f"segment {segment_id} of {self.name} is offloaded but no object store is "
+                "configured: set tier_url to the store it was offloaded to"
+            )
         try:
             return await asyncio.to_thread(
                 self.tier.reader.read, self.name, info, offset, max_entries
@@ -195,52 +219,98 @@ class ManagedLedger:
             running = max(running, s.max_publish_time)
             maxima.append(running)
         for seg in segments[bisect.bisect_left(maxima, ts) :]:
-            if seg.local:
-                found = await self.storage.find_in_segment(self.name, seg.segment_id, ts)
-            elif self.tier is not None:
-                found = await asyncio.to_thread(self.tier.reader.find_time, self.name, seg, ts)
-            else:
-                found = None
+            found = await self._find_in(seg, ts)
             if found is not None:
                 return max(found, self.start_offset)
         return self.end_offset
+
+    async def _find_in(self, seg: SegmentInfo, ts: int) -> int | None:
+        """Search one segment wherever it lives; None if retention deleted it meanwhile."""
+        if seg.local:
+            # SegmentNotLocalError: its local copy was dropped meanwhile; ask the tier.
+            with contextlib.suppress(SegmentNotLocalError):
+                try:
+                    return await self.storage.find_in_segment(self.name, seg.segment_id, ts)
+                except OffsetOutOfRangeError:
+                    return None
+        if self.tier is None:
+            return None
+        try:
+            return await asyncio.to_thread(self.tier.reader.find_time, self.name, seg, ts)
+        except ObjectNotFoundError:
+            if self._segment(seg.segment_id) is None:
+                return None
+            raise
 
     # -- tiered storage -----------------------------------------------------------------
 
     async def offload(self, segment_id: int) -> SegmentInfo:
         """Copy a closed segment to the object store, verified, then mark it OFFLOADED.
 
-        Durable when this returns. On failure the segment is CLOSED and local again, and
-        the error is raised: nothing is lost and a later retry starts afresh.
+        Durable when this returns: the segment record says OFFLOADED and names the verified
+        object. On failure the segment is CLOSED and local again and the error is raised:
+        nothing is lost, and a later retry starts afresh (an object the failed attempt left
+        behind is overwritten, or removed by ``OffloadService.cleanup_orphans``).
+
+        Raises SegmentNotOffloadableError, changing nothing, unless the segment is CLOSED
+        and local with no other offload of it in flight.
         """
         if self.tier is None:
-            raise OffsetOutOfRangeError("this ledger has no object store configured")
+            raise NoObjectStoreError(f"{self.name} has no object store: set tier_url to offload")
+        self._check_offloadable(segment_id)
+        self._offloading.add(segment_id)
+        try:
+            return await self._offload(self.tier, segment_id)
+        finally:
+            self._offloading.discard(segment_id)
+
+    def _check_offloadable(self, segment_id: int) -> None:
+        info = self._segment(segment_id)
+        if info is None:
+            raise SegmentNotOffloadableError(f"segment {segment_id} of {self.name} does not exist")
+        busy = segment_id in self._offloading
+        if busy or info.state is not SegmentState.CLOSED or not info.local:
+            where = (
+                "being offloaded" if busy else info.state.value + ("" if info.local else ", remote")
+            )
+            raise SegmentNotOffloadableError(
+                f"segment {segment_id} of {self.name} is {where}: only a CLOSED segment with "
+                "its local copy can be offloaded"
+            )
+
+    async def _offload(self, tier: Tier, segment_id: int) -> SegmentInfo:
         info = await self.storage.update_segment(
             self.name, segment_id, state=SegmentState.OFFLOADING
         )
         try:
             entries = await self._entries_of(info)
-            manifest = await asyncio.to_thread(
-                self.tier.offloader.offload, self.name, info, entries
+            manifest = await asyncio.to_thread(tier.offloader.offload, self.name, info, entries)
+            return await self.storage.update_segment(
+                self.name,
+                segment_id,
+                state=SegmentState.OFFLOADED,
+                offload={
+                    "key": manifest.object_key,
+                    "sha256": manifest.sha256,
+                    "rows": manifest.row_count,
+                    "size": manifest.size,
+                    "offloadedMs": manifest.offloaded_ms,
+                    "store": tier.store.url,
+                },
             )
         except BaseException:
+            await self._abandon_offload(segment_id)
+            raise
+
+    async def _abandon_offload(self, segment_id: int) -> None:
+        """Back to CLOSED: the local copy is the truth again. If even that fails, recovery
+        does it at the next start (it reverts every OFFLOADING segment)."""
+        try:
             await self.storage.update_segment(
                 self.name, segment_id, state=SegmentState.CLOSED, offload=None
             )
-            raise
-        return await self.storage.update_segment(
-            self.name,
-            segment_id,
-            state=SegmentState.OFFLOADED,
-            offload={
-                "key": manifest.object_key,
-                "sha256": manifest.sha256,
-                "rows": manifest.row_count,
-                "size": manifest.size,
-                "offloadedMs": manifest.offloaded_ms,
-                "store": self.tier.store.url,
-            },
-        )
+        except MagnetarError as e:
+            log.warning("cannot mark segment %s of %s CLOSED again: %s", segment_id, self.name, e)
 
     async def _entries_of(self, info: SegmentInfo) -> list[Entry]:
         out: list[Entry] = []
@@ -255,17 +325,31 @@ class ManagedLedger:
         return out
 
     async def drop_local_copy(self, segment_id: int) -> None:
+        """Delete the local files of an OFFLOADED segment; durable when this returns, and
+        its reads (even ones already under way) go to the object store from then on."""
         await self.storage.drop_local_copy(self.name, segment_id)
 
     async def trim(self, before: int) -> list[SegmentInfo]:
-        """Delete whole segments before ``before`` (local files and offloaded objects)."""
+        """Delete the whole segments before ``before`` (a prefix of the log, stopping at an
+        OFFLOADING one): their records and local files, then their objects.
+
+        Durable when this returns for the records: readers positioned in a deleted segment
+        get OffsetOutOfRangeError. An object whose deletion fails is logged and left as an
+        orphan, which ``OffloadService.cleanup_orphans`` removes at the next start.
+        """
         deleted = await self.storage.trim(self.name, before)
         for seg in deleted:
-            if seg.offload and self.tier is not None:
-                await asyncio.to_thread(self.tier.offloader.delete, self.name, seg.segment_id)
-                self.tier.reader.forget(self.name, seg.segment_id)
+            if seg.offload is not None and self.tier is not None:
+                await self._delete_object(self.tier, seg.segment_id)
         self._refresh()
         return deleted
+
+    async def _delete_object(self, tier: Tier, segment_id: int) -> None:
+        tier.reader.forget(self.name, segment_id)
+        try:
+            await asyncio.to_thread(tier.offloader.delete, self.name, segment_id)
+        except MagnetarError as e:
+            log.warning("object of deleted segment %s of %s stays: %s", segment_id, self.name, e)
 
     def segments(self) -> list[SegmentInfo]:
         return self.storage.segments(self.name)

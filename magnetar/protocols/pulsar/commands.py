@@ -7,6 +7,7 @@ raises; quick ones answer inline and return None.
 
 from __future__ import annotations
 
+import asyncio
 import struct
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -215,10 +216,24 @@ class Commands:
         if handle is None or cmd.HasField("validation_error"):
             return None  # a consumer that saw a bad checksum: keep the message pending
         ledger, sub = handle.topic.ledger, handle.subscription
-        bases = [_entry_offset(ledger, from_wire(d)) for d in cmd.message_id]
+        # An id naming no stored entry is ignored, as Pulsar refuses an invalid position:
+        # mapping it anywhere would acknowledge messages the consumer never saw.
+        pairs = [(d, ledger.stored_offset(from_wire(d))) for d in cmd.message_id]
+        del cmd.message_id[:]
+        bases: list[int] = []
+        for data, base in pairs:
+            if base is not None:
+                cmd.message_id.add().CopyFrom(data)
+                bases.append(base)
         unknown = [b for b in bases if sub.entry_count(b) is None]
-        if unknown:  # entries this subscription has not delivered since it was loaded
-            return self._ack_after_reading(handle, cmd, bases, unknown)
+        if unknown or cmd.HasField("request_id"):
+            # Tracked so a CLOSE_CONSUMER that follows waits for it before confirming.
+            task = asyncio.get_running_loop().create_task(
+                self.conn.guard(self._ack_after_reading(handle, cmd, bases, unknown), frame)
+            )
+            self.conn.ack_tasks.add(task)
+            task.add_done_callback(self.conn.ack_tasks.discard)
+            return None
         self._apply_ack(handle, cmd, bases)
         return None
 
@@ -230,6 +245,11 @@ class Commands:
             if entries and entries[0].base_offset == base:
                 handle.subscription.remember_count(base, entries[0].count)
         self._apply_ack(handle, cmd, bases)
+        if cmd.HasField("request_id"):
+            # An ack the client asked a receipt for is answered once the cursor is durable.
+            if handle.subscription.store is not None:
+                await handle.subscription.store.flush()
+            self.conn.write(responses.ack_response(cmd.consumer_id, cmd.request_id))
 
     def _apply_ack(self, handle: ConsumerHandle, cmd: pb.CommandAck, bases: list[int]) -> None:
         sub = handle.subscription
@@ -249,8 +269,6 @@ class Commands:
             acks[base] = offsets
         if acks:
             sub.ack(acks)
-        if cmd.HasField("request_id"):
-            self.conn.write(responses.ack_response(cmd.consumer_id, cmd.request_id))
 
     def _on_redeliver(self, frame: Frame) -> None:
         cmd = frame.command.redeliver_unacknowledged_messages
@@ -265,7 +283,13 @@ class Commands:
 
     async def _on_close_consumer(self, frame: Frame) -> None:
         cmd = frame.command.close_consumer
+        if self.conn.ack_tasks:
+            await asyncio.gather(*self.conn.ack_tasks, return_exceptions=True)
+        handle = self.conn.consumers.get(cmd.consumer_id)
         await self.conn.release_consumer(cmd.consumer_id)
+        if handle is not None and handle.subscription.store is not None:
+            # The client flushed its acks before closing: make them durable, then confirm.
+            await handle.subscription.store.flush()
         self.conn.write(responses.success(cmd.request_id))
 
     async def _on_unsubscribe(self, frame: Frame) -> None:

@@ -93,6 +93,7 @@ class Connection(asyncio.Protocol):
         self._by_consumer: dict[int, ConsumerHandle] = {}  # id(Consumer) → handle
         self._opening: dict[int, asyncio.Task[object]] = {}  # producer id → PRODUCER task
         self._tasks: set[asyncio.Task[None]] = set()
+        self.ack_tasks: set[asyncio.Task[None]] = set()
         self._handlers: dict[int, Callable[[Frame], Awaitable[None] | None]] = Commands(
             self
         ).table()
@@ -105,9 +106,11 @@ class Connection(asyncio.Protocol):
         self.server.connections.add(self)
 
     def data_received(self, data: bytes) -> None:
-        self.decoder.feed(data)
         while True:
             try:
+                if data:
+                    self.decoder.feed(data)
+                    data = b""
                 frame = self.decoder.next_frame()
             except ChecksumError as e:
                 self._on_bad_checksum(e)
@@ -127,11 +130,12 @@ class Connection(asyncio.Protocol):
             return
         result = handler(frame)
         if result is not None:
-            task = asyncio.get_running_loop().create_task(self._guard(result, frame))
+            task = asyncio.get_running_loop().create_task(self.guard(result, frame))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _guard(self, work: Awaitable[None], frame: Frame) -> None:
+    async def guard(self, work: Awaitable[None], frame: Frame) -> None:
+        """Run a command's work; answer the frame with its error if it fails."""
         try:
             await work
         except MagnetarError as e:

@@ -1,0 +1,22 @@
+"""Errors of the managed ledger."""
+
+from magnetar.core.errors import MagnetarError
+
+
+class LedgerError(MagnetarError):
+    """The managed ledger refused or failed an operation."""
+
+    code = "ledger.error"
+
+
+class NoObjectStoreError(LedgerError):
+    """The ledger was opened without a tier: configure ``tier_url`` to offload."""
+
+    code = "ledger.no_object_store"
+
+
+class SegmentNotOffloadableError(LedgerError):
+    """Only a CLOSED segment that is still local can be offloaded: the open one is still
+    written to, and an OFFLOADING or OFFLOADED one already has (or is getting) its copy."""
+
+    code = "ledger.not_offloadable"

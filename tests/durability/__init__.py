@@ -1,0 +1,1 @@
+"""Durability and robustness of a real standalone: crashes and hostile input."""
