@@ -12,6 +12,7 @@ import math
 import os
 import platform
 import sys
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -110,3 +111,33 @@ def machine_info() -> dict[str, Any]:
 
 def utc_now() -> str:
     return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+
+
+def make_workdir(
+    requested: Path | None, prefix: str = "magnetar-bench-"
+) -> tuple[Path, Filesystem]:
+    """A fresh directory on a real disk: fsync on tmpfs would measure nothing.
+
+    Under ``requested`` if given (refused when it is in memory), else under the temp dir, or
+    under the gitignored results dir when the temp dir is tmpfs. The caller removes it.
+    """
+    parent = requested or Path(tempfile.gettempdir())
+    if filesystem_of(parent).in_memory:
+        if requested is not None:
+            raise SystemExit(f"{requested} is in memory (tmpfs); pass --dir on a real disk")
+        parent = RESULTS_DIR
+    parent.mkdir(parents=True, exist_ok=True)
+    workdir = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    return workdir, filesystem_of(workdir)
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a process (all its threads) has used, from /proc; NaN off
+    Linux or when the process is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return float("nan")
+    fields = stat.rsplit(")", 1)[1].split()  # the command name may hold spaces and ")"
+    utime, stime = int(fields[11]), int(fields[12])  # fields 14 and 15 of proc(5)
+    return (utime + stime) / os.sysconf("SC_CLK_TCK")

@@ -64,6 +64,7 @@ class Settings:
     pulsar_port: int = 6650
     http_port: int = 8080
     kafka_port: int = 9092
+    kafka_namespace: str = "public/default"  # Kafka topic NAME = persistent://<this>/NAME
     flight_port: int = 8815
     deduplication_enabled: bool = False  # broker-wide default; namespaces may override
     schema_compatibility_strategy: str = "FULL"  # Pulsar's broker default (namespace UNDEFINED)
@@ -210,6 +211,10 @@ def _validate(s: Settings) -> None:
             "schema_compatibility_strategy",
             f"unknown strategy {s.schema_compatibility_strategy!r}: use one of "
             + ", ".join(sorted(_STRATEGIES)),
+        )
+    if s.kafka_namespace.count("/") != 1 or not all(s.kafka_namespace.split("/")):
+        raise ConfigError(
+            "kafka_namespace", f"expected tenant/namespace, got {s.kafka_namespace!r}"
         )
     if not (s.metadata_url == "" or s.metadata_url.startswith(("sqlite://", "memory:"))):
         raise ConfigError(

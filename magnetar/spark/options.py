@@ -1,6 +1,8 @@
 """Options of the ``magnetar`` Spark source, validated before any task runs.
 
-Names follow Spark's Kafka source where the meaning is the same.
+Names follow Spark's Kafka source where the meaning is the same. Option names are
+case-insensitive, as everywhere in Spark: PySpark hands a data source its options with
+lower-cased keys, so every look-up here goes through :func:`normalize`.
 """
 
 from __future__ import annotations
@@ -35,8 +37,13 @@ class ReadOptions:
     min_partitions: int | None
 
 
+def normalize(options: Mapping[str, str]) -> dict[str, str]:
+    """The options keyed by lower-cased name (``startingOffsets`` → ``startingoffsets``)."""
+    return {str(k).lower(): v for k, v in options.items()}
+
+
 def _int(options: Mapping[str, str], name: str) -> int | None:
-    raw = options.get(name)
+    raw = options.get(name.lower())
     if raw is None:
         return None
     try:
@@ -51,7 +58,7 @@ def _int(options: Mapping[str, str], name: str) -> int | None:
 def _offsets(
     options: Mapping[str, str], name: str, default: str
 ) -> str | dict[str, dict[str, int]]:
-    raw = options.get(name, default).strip()
+    raw = options.get(name.lower(), default).strip()
     if raw.lower() in (EARLIEST, LATEST):
         return raw.lower()
     try:
@@ -70,8 +77,9 @@ def _offsets(
 
 
 def parse(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
-    opts = {k: v for k, v in options.items()}
-    given = [k for k in ("topic", "topics", "topicsPattern") if opts.get(k)]
+    """Check every read option; raises SparkSourceError naming the bad one."""
+    opts = normalize(options)
+    given = [k for k in ("topic", "topics", "topicspattern") if opts.get(k)]
     if len(given) != 1:
         raise SparkSourceError("give exactly one of the options topic, topics or topicsPattern")
     topics: tuple[str, ...] = ()
@@ -79,11 +87,11 @@ def parse(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
         topics = (opts["topic"].strip(),)
     elif "topics" in given:
         topics = tuple(t.strip() for t in opts["topics"].split(",") if t.strip())
-    if streaming and "endingOffsets" in opts:
+    if streaming and "endingoffsets" in opts:
         raise SparkSourceError("endingOffsets is not allowed in a streaming query")
-    if streaming and "endingTimestamp" in opts:
+    if streaming and "endingtimestamp" in opts:
         raise SparkSourceError("endingTimestamp is not allowed in a streaming query")
-    fail = opts.get("failOnDataLoss", "true").lower()
+    fail = opts.get("failondataloss", "true").lower()
     if fail not in ("true", "false"):
         raise SparkSourceError(f"option failOnDataLoss must be true or false, got {fail!r}")
     ending = _offsets(opts, "endingOffsets", LATEST)
@@ -95,7 +103,7 @@ def parse(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
     return ReadOptions(
         url=opts.get("url", "http://localhost:8080").rstrip("/"),
         topics=topics,
-        pattern=opts.get("topicsPattern"),
+        pattern=opts.get("topicspattern"),
         starting=_offsets(opts, "startingOffsets", LATEST if streaming else EARLIEST),
         ending=ending,
         starting_ts=_int(opts, "startingTimestamp"),

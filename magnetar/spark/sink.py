@@ -1,12 +1,18 @@
 """``df.write.format("magnetar")`` and ``writeStream.format("magnetar")``: exactly once.
 
 Columns: ``value`` (binary or string, required), ``key``, ``properties`` (map), ``eventTime``.
-Each task produces under a deterministic producer name — one per query (or write) and
-Spark partition — with sequence ids derived from the micro-batch id and the row's index,
-so a replayed batch or a retried task sends the very same (producer, sequence) pairs and
-the broker's deduplication drops them. That needs deduplication on for the namespace; the
-writer checks and refuses with instructions otherwise (option ``exactlyOnce=false`` skips
-this and writes at-least-once).
+Each task produces under a deterministic producer name — one per query (or write, see the
+option ``writeId``) and Spark partition — with sequence ids derived from the micro-batch id
+and the row's index, so a replayed batch or a retried task sends the very same (producer,
+sequence) pairs and the broker's deduplication drops them. That needs deduplication on for
+the namespace; the writer checks and refuses with instructions otherwise (option
+``exactlyOnce=false`` skips this and writes at-least-once).
+
+A replay — the broker reports (``last_sequence_id``) rows of this micro-batch stored
+already under this producer name — sends without client-side batching: the broker judges
+a batch by its first sequence id, so a batch straddling the stored prefix of a
+half-written task would be dropped whole, losing its new rows. One message per entry lets
+the broker drop exactly the stored ones.
 """
 
 from __future__ import annotations
@@ -21,10 +27,12 @@ from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, Wri
 from pyspark.sql.types import StructType
 
 from magnetar.core.names import TopicName
-from magnetar.spark.options import SparkSourceError
+from magnetar.spark.options import SparkSourceError, normalize
 from magnetar.spark.planning import http_get
 
-BATCH_STRIDE = 1 << 32  # sequence ids of micro-batch b: [b * 2**32, (b + 1) * 2**32)
+# Sequence ids of micro-batch b: b * 2**32 + 1 + row index. Never 0: pulsar-client treats
+# sequence_id=0 as "not given" and would number that message itself.
+BATCH_STRIDE = 1 << 32
 
 
 @dataclass
@@ -36,15 +44,16 @@ class _Target:
     """Where and how a write goes; checked on the driver, used on the executors."""
 
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
+        options = normalize(options)
         self.topic = options.get("topic")
         if not self.topic:
             raise SparkSourceError("the magnetar sink needs the option topic")
         if "value" not in schema.fieldNames():
             raise SparkSourceError("the magnetar sink needs a column named value")
         self.url = options.get("url", "http://localhost:8080").rstrip("/")
-        self.service_url = options.get("serviceUrl") or self._lookup()
-        self.write_id = options.get("writeId") or uuid.uuid4().hex[:12]
-        if options.get("exactlyOnce", "true").lower() == "true":
+        self.service_url = options.get("serviceurl") or self._lookup()
+        self.write_id = options.get("writeid") or uuid.uuid4().hex[:12]
+        if options.get("exactlyonce", "true").lower() == "true":
             self._require_dedup()
 
     def _lookup(self) -> str:
@@ -98,7 +107,11 @@ class MagnetarStreamWriter(DataSourceStreamWriter):
 def _produce(service_url: str, topic: str, name: str, batch: int, rows: Iterator[Any]) -> int:
     import pulsar
 
-    client = pulsar.Client(service_url, operation_timeout_seconds=30)
+    client = pulsar.Client(
+        service_url,
+        operation_timeout_seconds=30,
+        logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn),
+    )
     errors: list[str] = []
     lock = threading.Lock()
 
@@ -108,19 +121,14 @@ def _produce(service_url: str, topic: str, name: str, batch: int, rows: Iterator
                 errors.append(str(result))
 
     try:
-        producer = client.create_producer(
-            topic,
-            producer_name=name,
-            batching_enabled=True,
-            batching_max_publish_delay_ms=5,
-            max_pending_messages=0,
-            block_if_queue_full=True,
-        )
+        producer = _producer(client, topic, name, batching=True)
+        if producer.last_sequence_id() > batch * BATCH_STRIDE:  # a replay of this batch
+            producer.close()
+            producer = _producer(client, topic, name, batching=False)
         count = 0
         for i, row in enumerate(rows):
-            producer.send_async(
-                _value(row), done, sequence_id=batch * BATCH_STRIDE + i, **_extras(row)
-            )
+            sequence_id = batch * BATCH_STRIDE + 1 + i
+            producer.send_async(_value(row), done, sequence_id=sequence_id, **_extras(row))
             count += 1
         producer.flush()
         producer.close()
@@ -129,6 +137,17 @@ def _produce(service_url: str, topic: str, name: str, batch: int, rows: Iterator
     if errors:
         raise SparkSourceError(f"{len(errors)} message(s) to {topic} failed: {errors[0]}")
     return count
+
+
+def _producer(client: Any, topic: str, name: str, *, batching: bool) -> Any:
+    return client.create_producer(
+        topic,
+        producer_name=name,
+        batching_enabled=batching,
+        batching_max_publish_delay_ms=5,
+        max_pending_messages=0,
+        block_if_queue_full=True,
+    )
 
 
 def _value(row: Any) -> bytes:

@@ -109,8 +109,7 @@ class MagnetarBatchReader(DataSourceReader):
         return [MagnetarPartition(p, self.definition) for p in self.pieces]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, MagnetarPartition)
-        yield from read_slice(partition.piece, _data_type(partition.definition))
+        yield from _read(partition)
 
 
 class MagnetarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -152,8 +151,7 @@ class MagnetarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [MagnetarPartition(p, self.definition) for p in pieces]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, MagnetarPartition)
-        yield from read_slice(partition.piece, _data_type(partition.definition))
+        yield from _read(partition)
 
     def commit(self, end: Offsets) -> None:
         if not self.opts.subscription:
@@ -165,6 +163,12 @@ class MagnetarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def stop(self) -> None:
         return None
+
+
+def _read(partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    # Spark hands a bare InputPartition to read() when a micro-batch planned none: no rows.
+    if isinstance(partition, MagnetarPartition):
+        yield from read_slice(partition.piece, _data_type(partition.definition))
 
 
 def _fill(start: Offsets, like: Offsets) -> Offsets:

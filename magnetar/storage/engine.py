@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import itertools
 import logging
 import os
 from collections.abc import Iterable
@@ -145,17 +146,22 @@ class StorageEngine:
     async def trim(self, name: str, before: int) -> list[SegmentInfo]:
         """Delete every closed segment whose messages all lie before offset ``before``.
 
-        Returns the deleted segments' records. Readers positioned in a deleted segment get
-        OffsetOutOfRangeError (never a missing-file error); the open segment is never trimmed.
+        Only a prefix of the log goes: the open segment and an OFFLOADING one (and every
+        segment after it) are kept. Returns the deleted segments' records. Readers positioned
+        in a deleted segment get OffsetOutOfRangeError (never a missing-file error).
         """
         part = self._part(name)
         async with self._io_lock:
-            doomed = [
-                s
-                for s in part.segments[:-1]
-                if s.info.end_offset <= before
-                and s.info.state not in (SegmentState.OPEN, SegmentState.OFFLOADING)
-            ]
+            # Only a prefix goes, stopping at an OFFLOADING segment: never a hole in the log.
+            doomed = list(
+                itertools.takewhile(
+                    lambda s: (
+                        s.info.end_offset <= before
+                        and s.info.state not in (SegmentState.OPEN, SegmentState.OFFLOADING)
+                    ),
+                    part.segments[:-1],
+                )
+            )
             if not doomed:
                 return []
             part.segments = [s for s in part.segments if s not in doomed]
@@ -171,10 +177,18 @@ class StorageEngine:
             seg = _find(part, segment_id)
             if seg.info.state is SegmentState.OPEN:
                 raise StorageError(f"segment {segment_id} of {name} is still open")
-            for key, value in changes.items():
-                setattr(seg.info, key, value)
-            await catalog.save_segment(self.meta, seg)
+            await self._save_changed(seg, **changes)
             return dataclasses.replace(seg.info)
+
+    async def _save_changed(self, seg: Segment, **changes: Any) -> None:
+        """Persist a changed copy of ``seg.info``. A failed save puts the old record back, so
+        memory never says what the metadata store does not."""
+        before, seg.info = seg.info, dataclasses.replace(seg.info, **changes)
+        try:
+            await catalog.save_segment(self.meta, seg)
+        except BaseException:
+            seg.info = before
+            raise
 
     async def drop_local_copy(self, name: str, segment_id: int) -> None:
         """Delete the local files of an OFFLOADED segment; its reads go to the tier after."""
@@ -183,8 +197,7 @@ class StorageEngine:
             seg = _find(part, segment_id)
             if seg.info.state is not SegmentState.OFFLOADED or not seg.info.local:
                 raise StorageError(f"segment {segment_id} of {name} is not offloaded and local")
-            seg.info.local = False
-            await catalog.save_segment(self.meta, seg)
+            await self._save_changed(seg, local=False)
             await asyncio.get_running_loop().run_in_executor(self._writer, _unlink_segments, [seg])
 
     async def find_in_segment(self, name: str, segment_id: int, ts: int) -> int | None:

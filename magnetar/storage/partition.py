@@ -72,20 +72,30 @@ class PartitionLog:
                 )
             try:
                 got = segment.read(offset, max_entries - len(out), max_bytes, segment.info.size)
-            except CorruptionError:
-                if segment in self.segments:
-                    raise
-                # Retention deleted the segment while we read it: say so plainly.
-                raise OffsetOutOfRangeError(
-                    f"offset {offset} of {self.name} was deleted by retention; the first "
-                    f"stored offset is now {self.start_offset}"
-                ) from None
+            except (CorruptionError, OSError):
+                self._explain_vanished(segment, offset)
+                raise
             if not got:
                 break
             out.extend(got)
             max_bytes -= sum(e.stored_size for e in got)
             offset = got[-1].next_offset
         return out
+
+    def _explain_vanished(self, segment: Segment, offset: int) -> None:
+        """A read of ``segment`` failed: if retention deleted it or its local copy was
+        dropped after an offload while we read, raise the error a reader can act on. Returns
+        (for the caller to re-raise the original error) when the segment is still local."""
+        if segment not in self.segments:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} of {self.name} was deleted by retention; the first "
+                f"stored offset is now {self.start_offset}"
+            ) from None
+        if not segment.info.local:
+            raise SegmentNotLocalError(
+                f"segment {segment.info.segment_id} of {self.name} is offloaded",
+                segment.info.segment_id,
+            ) from None
 
     def find_offset(self, ts: int) -> int:
         """First offset whose publish time is >= ``ts``; ``end_offset`` if there is none."""
@@ -111,7 +121,11 @@ class PartitionLog:
         """First offset with publish time >= ``ts`` inside one local segment, or None."""
         for segment in self.segments:
             if segment.info.segment_id == segment_id:
-                return segment.find_time(ts, segment.info.size)
+                try:
+                    return segment.find_time(ts, segment.info.size)
+                except (CorruptionError, OSError):
+                    self._explain_vanished(segment, segment.info.first_offset)
+                    raise
         raise OffsetOutOfRangeError(f"segment {segment_id} of {self.name} no longer exists")
 
     def close(self) -> None:

@@ -77,7 +77,8 @@ class StandaloneProcess:
         )
         ready = threading.Event()
         threading.Thread(target=self._pump, args=(ready,), daemon=True).start()
-        if not ready.wait(self.startup_timeout) or self.proc.poll() is not None:
+        came_up = ready.wait(self.startup_timeout) and any(READY in line for line in self.output)
+        if not came_up or self.proc.poll() is not None:
             self.kill()
             raise RuntimeError("standalone did not start:\n" + "".join(self.output[-50:]))
         return self

@@ -6,6 +6,7 @@ from magnetar.tier.errors import (
     ObjectStoreUnavailableError,
     OffloadVerificationError,
     TierError,
+    UnsupportedEntryFormatError,
 )
 from magnetar.tier.object_store import (
     LocalObjectStore,
@@ -41,6 +42,7 @@ __all__ = [
     "S3ObjectStore",
     "Tier",
     "TierError",
+    "UnsupportedEntryFormatError",
     "object_key",
     "open_object_store",
 ]

@@ -25,3 +25,11 @@ class OffloadVerificationError(TierError):
 
     code = "tier.verification_failed"
     retriable = True
+
+
+class UnsupportedEntryFormatError(TierError):
+    """A segment holds entries that cannot be split into one Parquet row per message (a
+    format with no registered unpacker, or an entry whose message count its payload does
+    not match). The segment stays local; offloading it cannot succeed until that changes."""
+
+    code = "tier.unsupported_format"

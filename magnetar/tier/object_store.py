@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import urllib.parse
+import uuid
 from typing import Any
 
 import pyarrow as pa
@@ -15,6 +16,8 @@ import pyarrow.fs as pafs
 
 from magnetar.core.errors import ConfigError
 from magnetar.tier.errors import ObjectNotFoundError, ObjectStoreUnavailableError
+
+TMP_MARK = ".tmp-"  # what marks the temporary key an upload writes before moving it in place
 
 
 class ObjectStore:
@@ -25,16 +28,27 @@ class ObjectStore:
         self.url = url
 
     def put(self, key: str, data: bytes) -> None:
-        """Store ``data`` at ``key``; durable and visible in full when this returns."""
-        tmp = f"{key}.tmp-{os.getpid()}"
+        """Store ``data`` at ``key``; durable and visible in full when this returns.
+
+        The bytes go to a temporary key (``<key>.tmp-<pid>-<random>``) first, then are moved
+        into place. A failure or crash can leave such a temporary object behind, never a
+        partial ``key``; ``OffloadService.cleanup_orphans`` deletes the leftovers.
+        """
+        tmp = f"{key}{TMP_MARK}{os.getpid()}-{uuid.uuid4().hex[:12]}"
         try:
             self._mkdirs(key)
-            with self.fs.open_output_stream(tmp) as out:
-                out.write(data)
-            self.fs.move(tmp, key)
+            self._write(tmp, data)
+            self._publish(tmp, key)
         except OSError as e:
             self._discard(tmp)
             raise ObjectStoreUnavailableError(f"cannot write {key} to {self.url}: {e}") from None
+
+    def _write(self, key: str, data: bytes) -> None:
+        with self.fs.open_output_stream(key) as out:
+            out.write(data)
+
+    def _publish(self, tmp: str, key: str) -> None:
+        self.fs.move(tmp, key)
 
     def get(self, key: str) -> bytes:
         with self.open(key) as f:
@@ -102,12 +116,44 @@ class ObjectStore:
 
 
 class LocalObjectStore(ObjectStore):
-    """A directory used as an object store (the embedded default, DATA_DIR/tier)."""
+    """A directory used as an object store (the embedded default, DATA_DIR/tier).
+
+    ``put`` fsyncs the object and its directory: a local disk, unlike S3, forgets what the
+    page cache held when the power goes, and an OFFLOADED segment may have no other copy.
+    """
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         root = os.path.abspath(root)
         os.makedirs(root, exist_ok=True)
         super().__init__(pafs.SubTreeFileSystem(root, pafs.LocalFileSystem()), f"file://{root}")
+        self.root = root
+
+    def _write(self, key: str, data: bytes) -> None:
+        with open(self._path(key), "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+
+    def _mkdirs(self, key: str) -> None:
+        parts = key.split("/")[:-1]
+        os.makedirs(os.path.join(self.root, *parts), exist_ok=True)
+        for depth in range(len(parts)):  # each new directory's entry is durable in its parent
+            _fsync_dir(os.path.join(self.root, *parts[:depth]))
+
+    def _publish(self, tmp: str, key: str) -> None:
+        os.replace(self._path(tmp), self._path(key))
+        _fsync_dir(os.path.dirname(self._path(key)))
+
+    def _path(self, key: str) -> str:
+        return os.path.join(self.root, *key.split("/"))
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 class S3ObjectStore(ObjectStore):

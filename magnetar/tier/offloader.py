@@ -62,7 +62,13 @@ class Offloader:
         self.row_group_rows = row_group_rows
 
     def offload(self, partition: str, info: SegmentInfo, entries: Iterable[Entry]) -> Manifest:
-        """Write, read back and verify; returns the manifest (already stored)."""
+        """Write, read back and verify; returns the manifest (already stored).
+
+        When this returns, the object and its manifest are durable in the store and the
+        object was read back whole (checksum and row count match). When it raises
+        (ObjectStoreUnavailableError, OffloadVerificationError, UnsupportedEntryFormatError),
+        the object may or may not be there: the caller must not mark the segment OFFLOADED.
+        """
         entries = list(entries)
         table = entries_to_table(entries)
         data = self._parquet(table)
@@ -90,7 +96,13 @@ class Offloader:
         """Row groups of about ``row_group_rows`` rows, never splitting an entry."""
         sink = io.BytesIO()
         cuts = [*entry_boundaries(table, self.row_group_rows), table.num_rows]
-        with pq.ParquetWriter(sink, SCHEMA, compression="zstd", write_statistics=True) as out:
+        with pq.ParquetWriter(
+            sink,
+            SCHEMA,
+            compression="zstd",
+            write_statistics=True,
+            sorting_columns=[pq.SortingColumn(0)],  # rows are in offset order: say so
+        ) as out:
             for start, end in itertools.pairwise(cuts):
                 if end > start:
                     out.write_table(table.slice(start, end - start), row_group_size=end - start)
@@ -108,6 +120,7 @@ class Offloader:
             )
 
     def delete(self, partition: str, segment_id: int) -> None:
+        """Delete a segment's object and manifest (missing ones are fine)."""
         key = object_key(partition, segment_id)
         self.store.delete(key)
         self.store.delete(key.removesuffix(".parquet") + MANIFEST_SUFFIX)

@@ -20,6 +20,7 @@ import pyarrow as pa
 from magnetar.core import formats
 from magnetar.core.formats import MessageRow
 from magnetar.storage import Entry
+from magnetar.tier.errors import UnsupportedEntryFormatError
 
 TS = pa.timestamp("us", tz="UTC")
 SCHEMA = pa.schema(
@@ -42,12 +43,29 @@ SCHEMA = pa.schema(
 
 
 def entries_to_table(entries: Iterable[Entry]) -> pa.Table:
-    """Unpack ``entries`` into one table of messages, in offset order."""
+    """Unpack ``entries`` into one table of messages, in offset order.
+
+    Raises UnsupportedEntryFormatError when an entry cannot be split into exactly its
+    ``count`` messages: a row per message is what keeps every offset addressable.
+    """
     cols: dict[str, list[object]] = {name: [] for name in SCHEMA.names}
     for entry in entries:
-        for i, row in enumerate(formats.unpack(entry.format, entry.payload)):
+        for i, row in enumerate(_messages(entry)):
             _append(cols, entry, i, row)
     return pa.Table.from_pydict(cols, schema=SCHEMA)
+
+
+def _messages(entry: Entry) -> list[MessageRow]:
+    try:
+        rows = formats.unpack(entry.format, entry.payload)
+    except formats.UnknownFormatError as e:
+        raise UnsupportedEntryFormatError(f"entry at offset {entry.base_offset}: {e}") from None
+    if len(rows) != entry.count:
+        raise UnsupportedEntryFormatError(
+            f"entry at offset {entry.base_offset} counts {entry.count} messages but its "
+            f"format-{entry.format} payload holds {len(rows)}: offsets would not survive"
+        )
+    return rows
 
 
 def _append(cols: dict[str, list[object]], entry: Entry, i: int, row: MessageRow) -> None:

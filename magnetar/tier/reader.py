@@ -8,21 +8,25 @@ consumer catching up from the object store streams instead of trickling (Pulsar 
 from __future__ import annotations
 
 import bisect
+import functools
 import threading
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from magnetar.storage import Entry, SegmentInfo
+from magnetar.tier.errors import ObjectStoreUnavailableError
 from magnetar.tier.object_store import ObjectStore
 from magnetar.tier.offloader import object_key
 from magnetar.tier.parquet import table_to_entries
 
 PREFETCH = 3
 CACHE_GROUPS = 16
+_MAX_MS = (1 << 63) // 1000 - 1  # the widest ms timestamp whose µs still fit an int64
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,21 +60,28 @@ class OffloadedReader:
         return out
 
     def find_time(self, partition: str, info: SegmentInfo, ts: int) -> int | None:
+        """The first offset of the segment published at or after ``ts`` (ms), or None."""
         key = object_key(partition, info.segment_id)
-        table = pq.read_table(self.store.open(key), columns=["offset", "publish_time"])
-        times = table.column("publish_time").cast(pa.int64()).to_pylist()
-        offsets = table.column("offset").to_pylist()
-        for o, t in zip(offsets, times, strict=True):
-            if t // 1000 >= ts:
-                return int(o)
-        return None
+        try:
+            with self.store.open(key) as f:
+                table = pq.read_table(f, columns=["offset", "publish_time"])
+        except OSError as e:
+            raise ObjectStoreUnavailableError(f"cannot read {key}: {e}") from None
+        micros = min(max(ts, -_MAX_MS), _MAX_MS) * 1000
+        at_or_after = pc.greater_equal(table.column("publish_time").cast(pa.int64()), micros)
+        index = pc.index(at_or_after, True).as_py()
+        return None if index < 0 else int(table.column("offset")[index].as_py())
 
     def _footer(self, key: str) -> _Footer:
         with self._lock:
             found = self._footers.get(key)
         if found is not None:
             return found
-        meta = pq.ParquetFile(self.store.open(key)).metadata
+        try:
+            with self.store.open(key) as f:
+                meta = pq.ParquetFile(f).metadata
+        except OSError as e:
+            raise ObjectStoreUnavailableError(f"cannot read the footer of {key}: {e}") from None
         col = meta.schema.to_arrow_schema().get_field_index("offset")
         firsts, lasts = [], []
         for g in range(meta.num_row_groups):
@@ -92,10 +103,25 @@ class OffloadedReader:
             self._groups[(key, group)] = future
             while len(self._groups) > CACHE_GROUPS:
                 self._groups.popitem(last=False)
-            return future
+        # Outside the lock: the callback runs at once (taking the lock) if already done.
+        future.add_done_callback(functools.partial(self._forget_failure, (key, group)))
+        return future
+
+    def _forget_failure(self, slot: tuple[str, int], future: Future[list[Entry]]) -> None:
+        """A failed load is not cached: the next read tries the store again."""
+        if future.cancelled() or future.exception() is not None:
+            with self._lock:
+                if self._groups.get(slot) is future:
+                    del self._groups[slot]
 
     def _load(self, key: str, group: int, segment_id: int) -> list[Entry]:
-        table = pq.ParquetFile(self.store.open(key)).read_row_group(group)
+        try:
+            with self.store.open(key) as f:
+                table = pq.ParquetFile(f).read_row_group(group)
+        except OSError as e:
+            raise ObjectStoreUnavailableError(
+                f"cannot read row group {group} of {key}: {e}"
+            ) from None
         return list(table_to_entries(table, segment_id))
 
     def forget(self, partition: str, segment_id: int) -> None:
