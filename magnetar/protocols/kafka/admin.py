@@ -1,0 +1,175 @@
+"""Discovery and administration: ApiVersions, Metadata, InitProducerId, CreateTopics,
+DeleteTopics, DescribeConfigs.
+
+This node is the only broker (node ``node_id``): it leads every partition and coordinates
+every group. Topic creation and deletion go through the broker, so Pulsar clients and the
+admin REST API see the same topics at once; both are durable in the metadata store (and,
+for a deletion, the data removed) when they are answered. A producer id is reserved in the
+metadata store before it is handed out, so no id is ever handed out twice.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from magnetar.core.errors import MagnetarError
+from magnetar.protocols.kafka import wire
+from magnetar.protocols.kafka.errors import ErrorCode, UnknownTopicError, error_code_of
+from magnetar.protocols.kafka.service import Service, Session
+from magnetar.protocols.kafka.wire import Request
+
+log = logging.getLogger(__name__)
+TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
+Response = dict[str, Any]
+
+
+async def api_versions(svc: Service, session: Session, req: Request) -> Response:
+    keys = [
+        {"api_key": key, "min_version": low, "max_version": high}
+        for key, (low, high) in sorted(wire.SUPPORTED.items())
+    ]
+    return {"error_code": 0, "api_keys": keys, "throttle_time_ms": 0}
+
+
+async def metadata(svc: Service, session: Session, req: Request) -> Response:
+    b = req.body
+    auto = bool(b.allow_auto_topic_creation) if req.api_version >= 4 else True
+    names = None if b.topics is None else [t.name for t in b.topics]
+    if names is None or (req.api_version == 0 and not names):
+        names, auto = await svc.topics.list(), False
+    s = svc.settings
+    return {
+        "throttle_time_ms": 0,
+        "brokers": [{"node_id": s.node_id, "host": s.advertised_host, "port": s.port}],
+        "cluster_id": s.cluster_id,
+        "controller_id": s.node_id,
+        "topics": [await _topic_metadata(svc, name, auto) for name in names],
+    }
+
+
+async def _topic_metadata(svc: Service, name: str, auto: bool) -> Response:
+    node = svc.settings.node_id
+    try:
+        n = await svc.topics.partition_count(name, create=auto)
+    except MagnetarError as e:
+        n, error = None, error_code_of(e)
+    else:
+        error = ErrorCode.NONE if n is not None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    partitions = [
+        {
+            "error_code": 0,
+            "partition_index": i,
+            "leader_id": node,
+            "replica_nodes": [node],
+            "isr_nodes": [node],
+        }
+        for i in range(n or 0)
+    ]
+    return {"error_code": error, "name": name, "is_internal": False, "partitions": partitions}
+
+
+async def init_producer_id(svc: Service, session: Session, req: Request) -> Response:
+    """A fresh producer id (epoch 0); transactions are not supported."""
+    if req.body.transactional_id is not None:
+        log.info(
+            "refusing transactional producer %r: transactions are not supported",
+            req.body.transactional_id,
+        )
+        return {"error_code": ErrorCode.INVALID_REQUEST, "producer_id": -1, "producer_epoch": -1}
+    return {"error_code": 0, "producer_id": await svc.next_producer_id(), "producer_epoch": 0}
+
+
+async def create_topics(svc: Service, session: Session, req: Request) -> Response:
+    results = []
+    for t in req.body.topics:
+        error, message = await _create_topic(
+            svc, t.name, t.num_partitions, t.replication_factor, req.body.validate_only
+        )
+        results.append({"name": t.name, "error_code": error, "error_message": message})
+    return {"throttle_time_ms": 0, "topics": results}
+
+
+async def _create_topic(
+    svc: Service, name: str, partitions: int, replication: int, validate_only: bool
+) -> tuple[ErrorCode, str | None]:
+    partitions = 1 if partitions == -1 else partitions
+    if partitions <= 0:
+        return ErrorCode.INVALID_PARTITIONS, f"{partitions} partitions: use 1 or more"
+    if replication > 1:
+        return ErrorCode.INVALID_REPLICATION_FACTOR, "this node is the only broker: use 1"
+    try:
+        if await svc.topics.partition_count(name) is not None:
+            return ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists"
+        if not validate_only:
+            await svc.topics.create(name, partitions)
+    except MagnetarError as e:
+        return error_code_of(e), str(e)
+    return ErrorCode.NONE, None
+
+
+async def delete_topics(svc: Service, session: Session, req: Request) -> Response:
+    results = []
+    for name in req.body.topic_names:
+        error = ErrorCode.NONE
+        try:
+            await svc.topics.delete(name)
+        except MagnetarError as e:
+            error = error_code_of(e)
+        results.append({"name": name, "error_code": error})
+    return {"throttle_time_ms": 0, "responses": results}
+
+
+async def describe_configs(svc: Service, session: Session, req: Request) -> Response:
+    results = []
+    for r in req.body.resources:
+        error, message, configs = ErrorCode.NONE, None, []
+        try:
+            configs = await _configs(svc, r.resource_type, r.resource_name, req.api_version)
+        except MagnetarError as e:
+            error, message = error_code_of(e), str(e)
+        wanted = set(r.configuration_keys) if r.configuration_keys is not None else None
+        results.append(
+            {
+                "error_code": error,
+                "error_message": message,
+                "resource_type": r.resource_type,
+                "resource_name": r.resource_name,
+                "configs": [c for c in configs if wanted is None or c["name"] in wanted],
+            }
+        )
+    return {"throttle_time_ms": 0, "results": results}
+
+
+async def _configs(svc: Service, kind: int, name: str, version: int) -> list[Response]:
+    if kind == TOPIC_RESOURCE:
+        if await svc.topics.partition_count(name) is None:
+            raise UnknownTopicError(f"topic {name!r} does not exist")
+        policies = await svc.broker.policies(svc.topics.name(name))
+        retention = (policies.retention_policies or {}).get("retentionTimeInMinutes", -1)
+        values = {
+            "cleanup.policy": "delete",
+            "retention.ms": str(retention * 60_000 if retention > 0 else -1),
+            "max.message.bytes": str(svc.settings.max_message_size),
+            "message.timestamp.type": "CreateTime",
+        }
+    elif kind == BROKER_RESOURCE:
+        values = {
+            "auto.create.topics.enable": str(svc.broker.settings.allow_auto_topic_creation).lower(),
+            "num.partitions": "1",
+            "message.max.bytes": str(svc.settings.max_message_size),
+        }
+    else:
+        values = {}
+    return [
+        {
+            "name": k,
+            "value": v,
+            "read_only": True,
+            "is_default": True,
+            "config_source": 5 if kind == BROKER_RESOURCE else 1,
+            "is_sensitive": False,
+            "synonyms": [],
+        }
+        for k, v in values.items()
+    ]

@@ -1,0 +1,325 @@
+"""The group coordinator: Kafka's consumer-group membership protocol, in memory.
+
+Members join (JoinGroup), the coordinator waits until every known member has (re)joined or
+the rebalance timeout passes, bumps the generation, picks a protocol (assignor) every member
+supports and a leader; the leader computes the assignment client-side and hands it over in
+SyncGroup, which gives every member its share. Heartbeats keep a member alive; one that
+stays silent past its session timeout is removed, as is one that leaves, and either starts
+a rebalance. Membership is not durable (Kafka's is not either, in effect: members rejoin);
+committed offsets are, and live in the durable subscriptions (see ``groups``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+
+from magnetar.protocols.kafka.errors import ErrorCode, GroupError
+
+
+class GroupState(enum.Enum):
+    EMPTY = "Empty"  # no members; committed offsets may exist
+    PREPARING_REBALANCE = "PreparingRebalance"  # waiting for every member to (re)join
+    COMPLETING_REBALANCE = "CompletingRebalance"  # joined; waiting for the leader's SyncGroup
+    STABLE = "Stable"  # assignment handed out; members heartbeat
+
+
+@dataclass(frozen=True, slots=True)
+class JoinResult:
+    generation: int
+    protocol: str
+    leader: str
+    member_id: str
+    members: list[tuple[str, bytes]]  # (member id, metadata): for the leader only
+
+
+@dataclass(eq=False)
+class Member:
+    member_id: str
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocols: list[tuple[str, bytes]]
+    assignment: bytes = b""
+    join: asyncio.Future[JoinResult] | None = None
+    sync: asyncio.Future[bytes] | None = None
+    timer: asyncio.TimerHandle | None = None
+
+    def metadata(self, protocol: str | None) -> bytes:
+        return next((m for name, m in self.protocols if name == protocol), b"")
+
+
+@dataclass(eq=False)
+class Group:
+    group_id: str
+    state: GroupState = GroupState.EMPTY
+    generation: int = 0
+    protocol_type: str = ""
+    protocol: str | None = None
+    leader: str | None = None
+    members: dict[str, Member] = field(default_factory=dict)
+    rebalance_timer: asyncio.TimerHandle | None = None
+
+
+class GroupCoordinator:
+    """Every consumer group this node coordinates (this node coordinates them all)."""
+
+    def __init__(self) -> None:
+        self.groups: dict[str, Group] = {}
+
+    def group(self, group_id: str) -> Group | None:
+        return self.groups.get(group_id)
+
+    def known(self, group_id: str) -> Group:
+        """The group, created empty if new (a commit makes a group known, as in Kafka)."""
+        return self.groups.setdefault(group_id, Group(group_id))
+
+    # -- join ---------------------------------------------------------------------------
+
+    async def join(
+        self,
+        group_id: str,
+        member_id: str,
+        *,
+        client_id: str,
+        client_host: str,
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+        protocol_type: str,
+        protocols: list[tuple[str, bytes]],
+    ) -> JoinResult:
+        """Wait for the rebalance this join starts (or joins) to complete."""
+        if not group_id:
+            raise GroupError(ErrorCode.INVALID_GROUP_ID, "the group id must not be empty")
+        if session_timeout_ms <= 0:
+            raise GroupError(ErrorCode.INVALID_SESSION_TIMEOUT, "session timeout must be > 0")
+        group = self.known(group_id)
+        self._check_protocols(group, protocol_type, protocols)
+        member = self._member_for(group, member_id, client_id, client_host)
+        member.protocols, member.session_timeout_ms = protocols, session_timeout_ms
+        member.rebalance_timeout_ms = rebalance_timeout_ms
+        group.protocol_type = protocol_type
+        if member.join is not None and not member.join.done():
+            member.join.set_exception(GroupError(ErrorCode.REBALANCE_IN_PROGRESS, "joined again"))
+            member.join.exception()
+        waiter = member.join = asyncio.get_running_loop().create_future()
+        self._stop_timer(member)
+        if group.state is not GroupState.PREPARING_REBALANCE:
+            self._prepare_rebalance(group)
+        self._maybe_complete_join(group)
+        return await waiter
+
+    @staticmethod
+    def _member_for(group: Group, member_id: str, client_id: str, client_host: str) -> Member:
+        """The joining member: known (a rejoin) or new (an empty member id)."""
+        if member_id:
+            member = group.members.get(member_id)
+            if member is None:
+                raise GroupError(
+                    ErrorCode.UNKNOWN_MEMBER_ID, f"member {member_id} is not in the group"
+                )
+            return member
+        member = Member(f"{client_id or 'member'}-{uuid.uuid4()}", client_id, client_host, 0, 0, [])
+        group.members[member.member_id] = member
+        return member
+
+    def _check_protocols(
+        self, group: Group, protocol_type: str, protocols: list[tuple[str, bytes]]
+    ) -> None:
+        if not protocols:
+            raise GroupError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, "no protocol offered")
+        if not group.members:
+            return
+        if protocol_type != group.protocol_type:
+            raise GroupError(
+                ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
+                f"group {group.group_id} has protocol type {group.protocol_type!r}",
+            )
+        offered = {name for name, _ in protocols}
+        common = set.intersection(*({n for n, _ in m.protocols} for m in group.members.values()))
+        if not offered & common:
+            raise GroupError(
+                ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
+                f"none of {sorted(offered)} is supported by every member of {group.group_id}",
+            )
+
+    def _prepare_rebalance(self, group: Group) -> None:
+        if group.state is GroupState.COMPLETING_REBALANCE:
+            self._fail_syncs(group, ErrorCode.REBALANCE_IN_PROGRESS)
+        group.state = GroupState.PREPARING_REBALANCE
+        timeout = max((m.rebalance_timeout_ms for m in group.members.values()), default=0)
+        if group.rebalance_timer is not None:
+            group.rebalance_timer.cancel()
+        group.rebalance_timer = asyncio.get_running_loop().call_later(
+            timeout / 1000, self._complete_join, group
+        )
+
+    def _maybe_complete_join(self, group: Group) -> None:
+        if group.state is GroupState.PREPARING_REBALANCE and all(
+            m.join is not None and not m.join.done() for m in group.members.values()
+        ):
+            self._complete_join(group)
+
+    def _complete_join(self, group: Group) -> None:
+        """Close the join phase: members that did not rejoin in time are dropped."""
+        if group.rebalance_timer is not None:
+            group.rebalance_timer.cancel()
+            group.rebalance_timer = None
+        for member in list(group.members.values()):
+            if member.join is None or member.join.done():
+                self._drop(group, member)
+        group.generation += 1
+        if not group.members:
+            group.state, group.protocol, group.leader = GroupState.EMPTY, None, None
+            return
+        group.protocol = self._choose_protocol(group)
+        if group.leader not in group.members:
+            group.leader = next(iter(group.members))
+        group.state = GroupState.COMPLETING_REBALANCE
+        everyone = [(m.member_id, m.metadata(group.protocol)) for m in group.members.values()]
+        for member in group.members.values():
+            assert member.join is not None
+            member.join.set_result(
+                JoinResult(
+                    group.generation,
+                    group.protocol,
+                    group.leader,
+                    member.member_id,
+                    everyone if member.member_id == group.leader else [],
+                )
+            )
+            member.join = None
+            self._start_timer(group, member)
+
+    @staticmethod
+    def _choose_protocol(group: Group) -> str:
+        members = list(group.members.values())
+        common = set.intersection(*({n for n, _ in m.protocols} for m in members))
+        votes: Counter[str] = Counter()
+        for m in members:
+            votes[next(n for n, _ in m.protocols if n in common)] += 1
+        first = members[0]
+        return max(
+            (n for n, _ in first.protocols if n in common),
+            key=lambda n: votes[n],
+        )
+
+    # -- sync, heartbeat, leave -------------------------------------------------------------
+
+    async def sync(
+        self, group_id: str, generation: int, member_id: str, assignments: dict[str, bytes]
+    ) -> bytes:
+        """This member's assignment; the leader's call supplies everyone's."""
+        group, member = self._member(group_id, generation, member_id)
+        if group.state is GroupState.PREPARING_REBALANCE:
+            raise GroupError(ErrorCode.REBALANCE_IN_PROGRESS, "the group is rebalancing")
+        if group.state is GroupState.STABLE:
+            return member.assignment
+        self._start_timer(group, member)
+        waiter = member.sync = asyncio.get_running_loop().create_future()
+        if member_id == group.leader:
+            for m in group.members.values():
+                m.assignment = assignments.get(m.member_id, b"")
+            group.state = GroupState.STABLE
+            for m in group.members.values():
+                if m.sync is not None and not m.sync.done():
+                    m.sync.set_result(m.assignment)
+                m.sync = None
+        return await waiter
+
+    def heartbeat(self, group_id: str, generation: int, member_id: str) -> None:
+        """Keep the member alive; GroupError(REBALANCE_IN_PROGRESS) tells it to rejoin."""
+        group, member = self._member(group_id, generation, member_id)
+        self._start_timer(group, member)
+        if group.state is GroupState.PREPARING_REBALANCE:
+            raise GroupError(ErrorCode.REBALANCE_IN_PROGRESS, "the group is rebalancing: rejoin")
+
+    def leave(self, group_id: str, member_id: str) -> None:
+        group = self.groups.get(group_id)
+        member = group.members.get(member_id) if group else None
+        if group is None or member is None:
+            raise GroupError(ErrorCode.UNKNOWN_MEMBER_ID, f"member {member_id} is not in the group")
+        self._remove(group, member)
+
+    def check_commit(self, group_id: str, generation: int, member_id: str) -> None:
+        """May this member commit offsets now (Kafka's rules)? Raises GroupError if not."""
+        group = self.known(group_id)
+        if generation < 0 and not member_id:
+            if group.members:
+                raise GroupError(
+                    ErrorCode.ILLEGAL_GENERATION, "the group has members: commit as one"
+                )
+            return
+        self._member(group_id, generation, member_id)
+        if group.state is GroupState.COMPLETING_REBALANCE:
+            raise GroupError(ErrorCode.REBALANCE_IN_PROGRESS, "the group is rebalancing")
+
+    def _member(self, group_id: str, generation: int, member_id: str) -> tuple[Group, Member]:
+        group = self.groups.get(group_id)
+        member = group.members.get(member_id) if group else None
+        if group is None or member is None:
+            raise GroupError(ErrorCode.UNKNOWN_MEMBER_ID, f"member {member_id} is not in the group")
+        if generation != group.generation:
+            raise GroupError(
+                ErrorCode.ILLEGAL_GENERATION,
+                f"generation {generation} is not the group's ({group.generation})",
+            )
+        return group, member
+
+    # -- membership changes -----------------------------------------------------------------
+
+    def _remove(self, group: Group, member: Member) -> None:
+        self._drop(group, member)
+        if member.join is not None and not member.join.done():
+            member.join.set_exception(GroupError(ErrorCode.UNKNOWN_MEMBER_ID, "left the group"))
+            member.join.exception()
+        if group.state is GroupState.PREPARING_REBALANCE:
+            self._maybe_complete_join(group)
+        elif group.members:
+            self._prepare_rebalance(group)
+        else:
+            self._fail_syncs(group, ErrorCode.REBALANCE_IN_PROGRESS)
+            group.state, group.protocol, group.leader = GroupState.EMPTY, None, None
+            group.generation += 1
+
+    def _drop(self, group: Group, member: Member) -> None:
+        self._stop_timer(member)
+        group.members.pop(member.member_id, None)
+        if member.sync is not None and not member.sync.done():
+            member.sync.set_exception(GroupError(ErrorCode.UNKNOWN_MEMBER_ID, "left the group"))
+            member.sync.exception()
+
+    def _fail_syncs(self, group: Group, code: ErrorCode) -> None:
+        for m in group.members.values():
+            if m.sync is not None and not m.sync.done():
+                m.sync.set_exception(GroupError(code, "the group is rebalancing"))
+                m.sync.exception()
+            m.sync = None
+
+    def _start_timer(self, group: Group, member: Member) -> None:
+        self._stop_timer(member)
+        member.timer = asyncio.get_running_loop().call_later(
+            member.session_timeout_ms / 1000, self._expire, group, member
+        )
+
+    @staticmethod
+    def _stop_timer(member: Member) -> None:
+        if member.timer is not None:
+            member.timer.cancel()
+            member.timer = None
+
+    def _expire(self, group: Group, member: Member) -> None:
+        """Session timeout: the member is presumed dead."""
+        if group.members.get(member.member_id) is member and member.join is None:
+            self._remove(group, member)
+
+    async def aclose(self) -> None:
+        for group in self.groups.values():
+            if group.rebalance_timer is not None:
+                group.rebalance_timer.cancel()
+            for member in group.members.values():
+                self._stop_timer(member)

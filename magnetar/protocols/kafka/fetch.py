@@ -1,0 +1,186 @@
+"""Fetch (long poll) and ListOffsets.
+
+Fetch reads each requested partition from its fetch offset, up to the partition's and the
+request's byte limits (always at least one batch, so a batch bigger than the limit still
+moves the consumer on). If fewer than ``min_bytes`` are ready it waits, up to ``max_wait_ms``,
+for an append to any of the partitions. KAFKA entries go out as stored, renumbered from their
+offset; PULSAR entries are converted into record batches. Everything stored is committed:
+the last stable offset is the high watermark (the end offset).
+
+ListOffsets: −2 is the first retained offset, −1 the end offset; a timestamp finds the first
+record whose timestamp is at or after it (through the time index, then the batch).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from magnetar.broker import Topic
+from magnetar.core.errors import MagnetarError
+from magnetar.ledger import ManagedLedger
+from magnetar.protocols.kafka import records
+from magnetar.protocols.kafka.conversion import to_kafka_batch
+from magnetar.protocols.kafka.errors import ErrorCode, error_code_of
+from magnetar.protocols.kafka.service import Service, Session
+from magnetar.protocols.kafka.wire import Request
+
+log = logging.getLogger(__name__)
+LATEST, EARLIEST = -1, -2
+MAX_ENTRIES = 10_000
+
+
+@dataclass(eq=False)
+class _Part:
+    topic_name: str
+    index: int
+    offset: int
+    max_bytes: int
+    topic: Topic | None = None
+    error: ErrorCode = ErrorCode.NONE
+    batches: list[bytes] = field(default_factory=list)
+    size: int = 0
+
+
+async def fetch(svc: Service, session: Session, req: Request) -> dict[str, Any]:
+    b = req.body
+    parts = [
+        _Part(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes)
+        for t in b.topics
+        for p in t.partitions
+    ]
+    for part in parts:
+        await _resolve(svc, part)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + max(b.max_wait_ms, 0) / 1000
+    while True:
+        total = await _read_all(parts, b.max_bytes)
+        if total >= max(b.min_bytes, 1) or any(p.error for p in parts):
+            break
+        remaining = deadline - loop.time()
+        if remaining <= 0 or not await _wait_for_append(parts, remaining):
+            break
+    return {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": _respond(parts)}
+
+
+async def _resolve(svc: Service, part: _Part) -> None:
+    try:
+        part.topic = await svc.topics.partition(part.topic_name, part.index)
+    except MagnetarError as e:
+        part.error = error_code_of(e)
+
+
+async def _read_all(parts: list[_Part], max_bytes: int) -> int:
+    total = 0
+    for part in parts:
+        if part.topic is None or part.error:
+            continue
+        budget = max_bytes - total
+        if part.size == 0 and (budget > 0 or total == 0):
+            await _read(part, min(part.max_bytes, max(budget, 1)))
+        total += part.size
+    return total
+
+
+async def _read(part: _Part, limit: int) -> None:
+    assert part.topic is not None
+    ledger = part.topic.ledger
+    if part.offset < ledger.start_offset or part.offset > ledger.end_offset:
+        part.error = ErrorCode.OFFSET_OUT_OF_RANGE
+        return
+    try:
+        entries = await ledger.read(part.offset, max_entries=MAX_ENTRIES, max_bytes=limit)
+        for entry in entries:
+            batch = to_kafka_batch(entry)
+            if part.batches and part.size + len(batch) > limit:
+                break
+            part.batches.append(batch)
+            part.size += len(batch)
+    except MagnetarError as e:
+        part.error = error_code_of(e)
+
+
+async def _wait_for_append(parts: list[_Part], timeout: float) -> bool:
+    """Wait until one of the partitions grows; False when ``timeout`` passes first."""
+    event = asyncio.Event()
+    ledgers = {id(p.topic.ledger): p.topic.ledger for p in parts if p.topic is not None}
+    removers = [ledger.on_append(event.set) for ledger in ledgers.values()]
+    try:
+        async with asyncio.timeout(timeout):
+            await event.wait()
+        return True
+    except TimeoutError:
+        return False
+    finally:
+        for remove in removers:
+            remove()
+
+
+def _respond(parts: list[_Part]) -> list[dict[str, Any]]:
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for part in parts:
+        hw = lso = start = -1
+        if part.topic is not None:
+            ledger = part.topic.ledger
+            hw = lso = ledger.end_offset
+            start = ledger.start_offset
+        by_topic.setdefault(part.topic_name, []).append(
+            {
+                "partition_index": part.index,
+                "error_code": part.error,
+                "high_watermark": hw,
+                "last_stable_offset": lso,
+                "log_start_offset": start,
+                "aborted_transactions": [],
+                "preferred_read_replica": -1,
+                "records": b"".join(part.batches) if not part.error else b"",
+            }
+        )
+    return [{"topic": name, "partitions": ps} for name, ps in by_topic.items()]
+
+
+# -- ListOffsets ---------------------------------------------------------------------------
+
+
+async def list_offsets(svc: Service, session: Session, req: Request) -> dict[str, Any]:
+    topics = []
+    for t in req.body.topics:
+        parts = []
+        for p in t.partitions:
+            error, ts, offset = ErrorCode.NONE, -1, -1
+            try:
+                topic = await svc.topics.partition(t.name, p.partition_index)
+                ts, offset = await _offset_for(topic.ledger, p.timestamp)
+            except MagnetarError as e:
+                error = error_code_of(e)
+            parts.append(
+                {
+                    "partition_index": p.partition_index,
+                    "error_code": error,
+                    "timestamp": ts,
+                    "offset": offset,
+                }
+            )
+        topics.append({"name": t.name, "partitions": parts})
+    return {"throttle_time_ms": 0, "topics": topics}
+
+
+async def _offset_for(ledger: ManagedLedger, timestamp: int) -> tuple[int, int]:
+    """(timestamp, offset) answering a ListOffsets query; (-1, -1) when nothing matches."""
+    if timestamp == LATEST:
+        return -1, ledger.end_offset
+    if timestamp == EARLIEST:
+        return -1, ledger.start_offset
+    offset = await ledger.find_offset(timestamp)
+    while offset < ledger.end_offset:
+        entries = await ledger.read(offset, max_entries=100)
+        if not entries:
+            break
+        for entry in entries:
+            for r in records.decode(to_kafka_batch(entry)):
+                if r.timestamp >= timestamp:
+                    return r.timestamp, entry.base_offset + r.offset_delta
+        offset = entries[-1].next_offset
+    return -1, -1

@@ -1,0 +1,188 @@
+"""The Kafka protocol server (Kafka-on-Pulsar): one :class:`Connection` per TCP connection.
+
+Requests are decoded as they arrive and each runs as its own task, created in arrival order
+(so a producer's appends queue in the order it sent them); responses go back strictly in
+request order, as Kafka clients require. A request that does not decode, or names an API or
+version this server does not serve, closes the connection — as Kafka does — except an
+ApiVersions request of an unknown version, which gets the KIP-511 answer. Other connections
+are never affected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from magnetar.broker import Broker
+from magnetar.protocols.kafka import admin, fetch, groups, produce, wire
+from magnetar.protocols.kafka.errors import KafkaProtocolError, UnsupportedVersionError
+from magnetar.protocols.kafka.service import KafkaSettings, Service, Session
+
+log = logging.getLogger(__name__)
+Handler = Callable[[Service, Session, wire.Request], Awaitable[dict[str, Any] | None]]
+HANDLERS: dict[int, Handler] = {
+    wire.API_VERSIONS: admin.api_versions,
+    wire.METADATA: admin.metadata,
+    wire.INIT_PRODUCER_ID: admin.init_producer_id,
+    wire.CREATE_TOPICS: admin.create_topics,
+    wire.DELETE_TOPICS: admin.delete_topics,
+    wire.DESCRIBE_CONFIGS: admin.describe_configs,
+    wire.PRODUCE: produce.produce,
+    wire.FETCH: fetch.fetch,
+    wire.LIST_OFFSETS: fetch.list_offsets,
+    wire.FIND_COORDINATOR: groups.find_coordinator,
+    wire.JOIN_GROUP: groups.join_group,
+    wire.SYNC_GROUP: groups.sync_group,
+    wire.HEARTBEAT: groups.heartbeat,
+    wire.LEAVE_GROUP: groups.leave_group,
+    wire.OFFSET_COMMIT: groups.offset_commit,
+    wire.OFFSET_FETCH: groups.offset_fetch,
+    wire.LIST_GROUPS: groups.list_groups,
+    wire.DESCRIBE_GROUPS: groups.describe_groups,
+}
+MAX_IN_FLIGHT = 64  # requests per connection before reading pauses
+
+
+class KafkaServer:
+    """Listens on ``settings.host:settings.port`` and serves ``broker`` to Kafka clients."""
+
+    def __init__(self, broker: Broker, settings: KafkaSettings) -> None:
+        self.service = Service(broker, settings)
+        self._server: asyncio.Server | None = None
+        self.connections: set[Connection] = set()
+
+    @property
+    def port(self) -> int:
+        return self.service.settings.port
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.service.settings.advertised_host}:{self.port}"
+
+    async def start(self) -> None:
+        s = self.service.settings
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(lambda: Connection(self), s.host, s.port)
+        port = self._server.sockets[0].getsockname()[1]
+        self.service.settings = dataclasses.replace(s, port=port)
+
+    async def aclose(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            for conn in list(self.connections):
+                conn.close()
+            await self._server.wait_closed()
+            self._server = None
+        await self.service.aclose()
+
+
+class Connection(asyncio.Protocol):
+    """One client connection: decodes requests, runs them, answers in order."""
+
+    def __init__(self, server: KafkaServer) -> None:
+        self.server = server
+        self.service = server.service
+        self.reader = wire.FrameReader(server.service.settings.max_request_size)
+        self.session = Session()
+        self.transport: asyncio.Transport | None = None
+        self._pending: deque[asyncio.Future[bytes | None]] = deque()
+        self._tasks: set[asyncio.Task[bytes | None]] = set()
+        self._paused = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.session.peer = str(transport.get_extra_info("peername", ("?",))[0])
+        self.server.connections.add(self)
+
+    def data_received(self, data: bytes) -> None:
+        self.reader.feed(data)
+        while self.transport is not None:
+            try:
+                frame = self.reader.next_frame()
+            except KafkaProtocolError as e:
+                self._refuse(e)
+                return
+            if frame is None:
+                return
+            self._on_frame(frame)
+
+    def _on_frame(self, frame: bytes) -> None:
+        try:
+            request = wire.decode_request(frame)
+        except UnsupportedVersionError as e:
+            key, _, correlation_id = wire.peek(frame)
+            if key == wire.API_VERSIONS:
+                self._queue_ready(wire.api_versions_error(correlation_id))
+            else:
+                self._refuse(e)
+            return
+        except KafkaProtocolError as e:
+            self._refuse(e)
+            return
+        self.session.client_id = request.client_id
+        task = asyncio.get_running_loop().create_task(self._handle(request))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        if request.api_key == wire.PRODUCE and request.body.acks == 0:
+            return  # no answer expected: none is queued
+        self._pending.append(task)
+        task.add_done_callback(self._flush)
+        if len(self._pending) >= MAX_IN_FLIGHT and self.transport is not None:
+            self.transport.pause_reading()
+            self._paused = True
+
+    async def _handle(self, request: wire.Request) -> bytes | None:
+        handler = HANDLERS[request.api_key]
+        try:
+            values = await handler(self.service, self.session, request)
+            return None if values is None else wire.encode_response(request, values)
+        except produce.AcksZeroFailure:
+            self.close()
+            return None
+        except Exception:
+            log.exception(
+                "Kafka API %d v%d from %s failed; closing the connection",
+                request.api_key,
+                request.api_version,
+                self.session.peer,
+            )
+            self.close()
+            return None
+
+    def _queue_ready(self, data: bytes) -> None:
+        done: asyncio.Future[bytes | None] = asyncio.get_running_loop().create_future()
+        done.set_result(data)
+        self._pending.append(done)
+        self._flush()
+
+    def _flush(self, _: object = None) -> None:
+        """Write every answer at the head of the queue that is ready, in request order."""
+        while self._pending and self._pending[0].done():
+            answer = self._pending.popleft()
+            data = None if answer.cancelled() or answer.exception() else answer.result()
+            if data and self.transport is not None and not self.transport.is_closing():
+                self.transport.write(data)
+        if self._paused and len(self._pending) < MAX_IN_FLIGHT // 2 and self.transport:
+            self.transport.resume_reading()
+            self._paused = False
+
+    def _refuse(self, error: KafkaProtocolError) -> None:
+        log.warning("closing Kafka connection from %s: %s", self.session.peer, error)
+        self.close()
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.server.connections.discard(self)
+        self.transport = None
+        for task in list(self._tasks):
+            task.cancel()
+        self._pending.clear()
+        self.session.release()

@@ -1,0 +1,120 @@
+"""What every Kafka request handler shares: the broker, the settings and per-node state.
+
+:class:`Service` is one per listener; :class:`Session` is one per client connection (the
+broker producers it opened). Handlers are plain coroutines ``(service, session, request) →
+response dict`` registered in ``server.HANDLERS``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+import weakref
+from dataclasses import dataclass, field
+
+from magnetar.broker import AccessMode, Broker, Producer, Topic
+from magnetar.meta import BadVersionError, NodeExistsError
+from magnetar.protocols.kafka.coordinator import GroupCoordinator
+from magnetar.protocols.kafka.idempotence import ProducerStates
+from magnetar.protocols.kafka.topics import KafkaTopics
+
+PRODUCER_ID_PATH = "/kafka/producer-id-block"
+PRODUCER_ID_BLOCK = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaSettings:
+    namespace: str = "public/default"  # Kafka topic NAME = persistent://<namespace>/NAME
+    host: str = "127.0.0.1"
+    port: int = 9092
+    advertised_host: str = "127.0.0.1"
+    node_id: int = 0
+    cluster_id: str = "magnetar"
+    max_message_size: int = 5 * 1024 * 1024
+    max_request_size: int = 100 * 1024 * 1024
+
+
+class Service:
+    """Per-listener state shared by every connection."""
+
+    def __init__(self, broker: Broker, settings: KafkaSettings) -> None:
+        self.broker = broker
+        self.settings = settings
+        self.topics = KafkaTopics(broker, settings.namespace)
+        self.groups = GroupCoordinator()
+        self._states: weakref.WeakKeyDictionary[Topic, asyncio.Future[ProducerStates]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._ids: list[int] = []
+        self._id_lock = asyncio.Lock()
+
+    async def producer_states(self, topic: Topic) -> ProducerStates:
+        """The idempotent-producer state of ``topic``, rebuilt from its tail on first use."""
+        loading = self._states.get(topic)
+        if loading is None:
+            loading = asyncio.get_running_loop().create_future()
+            self._states[topic] = loading
+            states = ProducerStates()
+            try:
+                await states.load(topic.ledger)
+            except BaseException as exc:
+                del self._states[topic]
+                loading.set_exception(exc)
+                loading.exception()
+                raise
+            loading.set_result(states)
+        if loading.done():
+            return loading.result()
+        return await asyncio.shield(loading)
+
+    async def next_producer_id(self) -> int:
+        """A producer id never handed out before, also across restarts (ids are reserved
+        in blocks in the metadata store; a crash skips the rest of a block)."""
+        async with self._id_lock:
+            if not self._ids:
+                start = await self._reserve_block()
+                self._ids = list(range(start + PRODUCER_ID_BLOCK - 1, start - 1, -1))
+            return self._ids.pop()
+
+    async def _reserve_block(self) -> int:
+        meta = self.broker.meta
+        while True:
+            node = await meta.get(PRODUCER_ID_PATH)
+            start = json.loads(node.value)["next"] if node else 0
+            body = json.dumps({"next": start + PRODUCER_ID_BLOCK}).encode()
+            try:
+                await meta.put(
+                    PRODUCER_ID_PATH, body, expected_version=node.stat.version if node else -1
+                )
+            except (BadVersionError, NodeExistsError):
+                continue  # another node took this block: read again
+            return int(start)
+
+    async def aclose(self) -> None:
+        await self.groups.aclose()
+
+
+@dataclass(eq=False)
+class Session:
+    """One client connection: who it is and the broker producers it opened."""
+
+    client_id: str = ""
+    peer: str = "?"
+    token: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    producers: dict[int, Producer] = field(default_factory=dict)  # id(topic) → producer
+
+    async def producer(self, topic: Topic) -> Producer:
+        """This connection's broker producer on ``topic`` (opened on first use)."""
+        found = self.producers.get(id(topic))
+        if found is not None and not found.closed:
+            return found
+        name = f"kafka-{self.client_id or 'client'}-{self.token}-{len(self.producers)}"
+        producer = await topic.add_producer(name, AccessMode.SHARED)
+        self.producers[id(topic)] = producer
+        return producer
+
+    def release(self) -> None:
+        for producer in self.producers.values():
+            producer.topic.remove_producer(producer)
+        self.producers.clear()

@@ -1,0 +1,150 @@
+"""Kafka request/response framing: which APIs and versions are served, decode, encode.
+
+Field layouts come from Kafka's own JSON message definitions, as compiled by the pinned
+``kafka-python`` package's ``kafka.protocol`` (it encodes and decodes both directions). This
+module is the only one that touches it: it decodes a size-prefixed request frame into a
+:class:`Request` and encodes a response built from plain dicts. Pure code, no I/O.
+
+The advertised versions (:data:`SUPPORTED`) are what this handler implements; a request for
+anything else is refused (:class:`UnsupportedVersionError`), except ApiVersions, which is
+answered the KIP-511 way (a v0 body with error 35 and the ApiVersions range) by the caller.
+"""
+
+from __future__ import annotations
+
+import struct
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+with warnings.catch_warnings():
+    # kafka-python 3.0.12 loads its JSON schemas with importlib.resources.read_text, which
+    # Python 3.11-3.12 flag as deprecated; nothing a Magnetar user can act on.
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from kafka.protocol import admin, consumer, metadata, producer  # type: ignore[import-untyped]
+
+from magnetar.protocols.kafka.errors import MalformedRequestError, UnsupportedVersionError
+
+PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
+OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = 8, 9, 10
+JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 11, 12, 13, 14
+DESCRIBE_GROUPS, LIST_GROUPS, API_VERSIONS = 15, 16, 18
+CREATE_TOPICS, DELETE_TOPICS, INIT_PRODUCER_ID, DESCRIBE_CONFIGS = 19, 20, 22, 32
+
+# api key → (request class, response class, lowest, highest version served)
+_APIS: dict[int, tuple[Any, Any, int, int]] = {
+    PRODUCE: (producer.ProduceRequest, producer.ProduceResponse, 3, 7),
+    FETCH: (consumer.FetchRequest, consumer.FetchResponse, 4, 11),
+    LIST_OFFSETS: (consumer.ListOffsetsRequest, consumer.ListOffsetsResponse, 1, 3),
+    METADATA: (metadata.MetadataRequest, metadata.MetadataResponse, 0, 4),
+    OFFSET_COMMIT: (consumer.OffsetCommitRequest, consumer.OffsetCommitResponse, 2, 3),
+    OFFSET_FETCH: (consumer.OffsetFetchRequest, consumer.OffsetFetchResponse, 1, 3),
+    FIND_COORDINATOR: (metadata.FindCoordinatorRequest, metadata.FindCoordinatorResponse, 0, 1),
+    JOIN_GROUP: (consumer.JoinGroupRequest, consumer.JoinGroupResponse, 0, 2),
+    HEARTBEAT: (consumer.HeartbeatRequest, consumer.HeartbeatResponse, 0, 1),
+    LEAVE_GROUP: (consumer.LeaveGroupRequest, consumer.LeaveGroupResponse, 0, 1),
+    SYNC_GROUP: (consumer.SyncGroupRequest, consumer.SyncGroupResponse, 0, 1),
+    DESCRIBE_GROUPS: (admin.DescribeGroupsRequest, admin.DescribeGroupsResponse, 0, 4),
+    LIST_GROUPS: (admin.ListGroupsRequest, admin.ListGroupsResponse, 0, 2),
+    API_VERSIONS: (metadata.ApiVersionsRequest, metadata.ApiVersionsResponse, 0, 2),
+    CREATE_TOPICS: (admin.CreateTopicsRequest, admin.CreateTopicsResponse, 0, 4),
+    DELETE_TOPICS: (admin.DeleteTopicsRequest, admin.DeleteTopicsResponse, 0, 3),
+    INIT_PRODUCER_ID: (producer.InitProducerIdRequest, producer.InitProducerIdResponse, 0, 1),
+    DESCRIBE_CONFIGS: (admin.DescribeConfigsRequest, admin.DescribeConfigsResponse, 0, 2),
+}
+SUPPORTED: Mapping[int, tuple[int, int]] = {k: (v[2], v[3]) for k, v in _APIS.items()}
+_PREFIX = struct.Struct(">hhi")
+_SIZE = struct.Struct(">i")
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str
+    body: Any  # the decoded kafka.protocol request: attribute access by field name
+
+
+def peek(frame: bytes | memoryview) -> tuple[int, int, int]:
+    """(api key, api version, correlation id) of a request frame (without its size)."""
+    if len(frame) < _PREFIX.size:
+        raise MalformedRequestError(f"request of {len(frame)} bytes is shorter than a header")
+    key, version, correlation_id = _PREFIX.unpack_from(frame, 0)
+    return key, version, correlation_id
+
+
+def decode_request(frame: bytes) -> Request:
+    """Decode one request frame (the bytes after the size prefix).
+
+    Raises UnsupportedVersionError for an API or version not served, MalformedRequestError
+    when the bytes do not decode as that request.
+    """
+    key, version, correlation_id = peek(frame)
+    api = _APIS.get(key)
+    if api is None or not api[2] <= version <= api[3]:
+        raise UnsupportedVersionError(f"API {key} version {version} is not supported")
+    try:
+        body = api[0].decode(frame, version=version, header=True)
+    except Exception as exc:  # the codec raises struct/index/value errors on bad bytes
+        raise MalformedRequestError(
+            f"API {key} v{version} request does not decode: {exc!r}"
+        ) from exc
+    return Request(key, version, correlation_id, body.header.client_id or "", body)
+
+
+def encode_response(request: Request, values: Mapping[str, Any]) -> bytes:
+    """The framed response to ``request`` built from ``values`` (nested dicts and lists;
+    fields left out take their schema defaults)."""
+    response_class = _APIS[request.api_key][1][request.api_version]
+    message = build(response_class, values)
+    message.with_header(correlation_id=request.correlation_id)
+    return bytes(message.encode(header=True, framed=True))
+
+
+def api_versions_error(correlation_id: int) -> bytes:
+    """KIP-511: an ApiVersions request of a version this server does not know is answered
+    with a v0 body, UNSUPPORTED_VERSION and the ApiVersions range, so the client retries."""
+    low, high = SUPPORTED[API_VERSIONS]
+    body = struct.pack(">hihhh", 35, 1, API_VERSIONS, low, high)
+    return _SIZE.pack(4 + len(body)) + struct.pack(">i", correlation_id) + body
+
+
+def build(container: Any, values: Mapping[str, Any]) -> Any:
+    """A kafka.protocol data container from nested dicts."""
+    fields = container._struct.fields
+    kwargs = {}
+    for name, value in values.items():
+        field = fields[name]
+        if value is not None and field.is_struct_array():
+            value = [build(field.data_class, v) for v in value]
+        elif value is not None and field.is_struct():
+            value = build(field.data_class, value)
+        kwargs[name] = value
+    return container(**kwargs)
+
+
+class FrameReader:
+    """Splits a byte stream into size-prefixed request frames; refuses oversized ones."""
+
+    def __init__(self, max_frame: int) -> None:
+        self.max_frame = max_frame
+        self._buf = bytearray()
+
+    def feed(self, data: bytes) -> None:
+        self._buf += data
+
+    def next_frame(self) -> bytes | None:
+        """The next whole frame, or None until more bytes arrive. Raises
+        MalformedRequestError for a negative or oversized size."""
+        if len(self._buf) < 4:
+            return None
+        (size,) = _SIZE.unpack_from(self._buf, 0)
+        if size < 0 or size > self.max_frame:
+            raise MalformedRequestError(f"request size {size} outside 0..{self.max_frame}")
+        if len(self._buf) < 4 + size:
+            return None
+        frame = bytes(self._buf[4 : 4 + size])
+        del self._buf[: 4 + size]
+        return frame

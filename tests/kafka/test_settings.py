@@ -1,0 +1,20 @@
+"""The Kafka handler's settings: the namespace Kafka topics live in."""
+
+from __future__ import annotations
+
+import pytest
+
+from magnetar.core.config import build_settings
+from magnetar.core.errors import ConfigError
+
+
+def test_kafka_namespace_defaults_to_public_default() -> None:
+    assert build_settings(env={}).kafka_namespace == "public/default"
+    env = {"MAGNETAR_KAFKA_NAMESPACE": "acme/events"}
+    assert build_settings(env=env).kafka_namespace == "acme/events"
+
+
+@pytest.mark.parametrize("bad", ["public", "a/b/c", "/default", "public/"])
+def test_kafka_namespace_must_be_tenant_slash_namespace(bad: str) -> None:
+    with pytest.raises(ConfigError, match="kafka_namespace"):
+        build_settings(env={}, overrides={"kafka_namespace": bad})
