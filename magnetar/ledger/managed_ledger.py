@@ -186,10 +186,7 @@ class ManagedLedger:
     async def _read_offloaded(self, segment_id: int, offset: int, max_entries: int) -> list[Entry]:
         info = self._segment(segment_id)
         if info is None:  # trimmed by retention meanwhile
-            raise OffsetOutOfRangeError(
-                f"offset {offset} of {self.name} was deleted by retention; the first "
-                f"stored offset is now {self.start_offset}"
-            )
+            raise self._trimmed(offset)
         if self.tier is None:
             raise NoObjectStoreError(
                 f"segment {segment_id} of {self.name} is offloaded but no object store is "
@@ -201,11 +198,14 @@ class ManagedLedger:
             )
         except ObjectNotFoundError:
             if self._segment(segment_id) is None:  # trimmed by retention meanwhile
-                raise OffsetOutOfRangeError(
-                    f"offset {offset} of {self.name} was deleted by retention; the first "
-                    f"stored offset is now {self.start_offset}"
-                ) from None
+                raise self._trimmed(offset) from None
             raise
+
+    def _trimmed(self, offset: int) -> OffsetOutOfRangeError:
+        return OffsetOutOfRangeError(
+            f"offset {offset} of {self.name} was deleted by retention; the first "
+            f"stored offset is now {self.start_offset}"
+        )
 
     def _segment(self, segment_id: int) -> SegmentInfo | None:
         return next((s for s in self.segments() if s.segment_id == segment_id), None)

@@ -71,6 +71,14 @@ class Offloader:
         """
         entries = list(entries)
         table = entries_to_table(entries)
+        held = info.end_offset - info.first_offset
+        if table.num_rows != held or (
+            held and table.column("offset")[0].as_py() != info.first_offset
+        ):
+            raise OffloadVerificationError(
+                f"segment {info.segment_id} of {partition} holds offsets {info.first_offset}.."
+                f"{info.last_offset} but {table.num_rows} messages were read from it"
+            )
         data = self._parquet(table)
         key = object_key(partition, info.segment_id)
         manifest = Manifest(

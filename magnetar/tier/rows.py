@@ -61,8 +61,8 @@ def to_rows(
     columns = [
         table.column("key"),
         table.column("value"),
-        pa.array([topic] * n, pa.string()),
-        pa.array([partition] * n, pa.int32()),
+        pa.repeat(pa.scalar(topic, pa.string()), n),
+        pa.repeat(pa.scalar(partition, pa.int32()), n),
         table.column("offset"),
         table.column("publish_time"),
         table.column("event_time"),
@@ -120,7 +120,8 @@ def _field_type(t: Any) -> tuple[pa.DataType, str] | None:
 
 
 def decode_json(values: list[bytes | None], data_type: pa.DataType) -> pa.Array:
-    """JSON-encoded values → a struct column (None where a value does not parse)."""
+    """JSON-encoded values → a struct column: None where a value does not parse as a JSON
+    object or does not fit ``data_type`` (a string where the schema says int, say)."""
     names = [f.name for f in data_type]
     decoded: list[dict[str, Any] | None] = []
     for raw in values:
@@ -129,4 +130,15 @@ def decode_json(values: list[bytes | None], data_type: pa.DataType) -> pa.Array:
         except ValueError:
             obj = None
         decoded.append({k: obj.get(k) for k in names} if isinstance(obj, dict) else None)
-    return pa.array(decoded, type=data_type)
+    try:
+        return pa.array(decoded, type=data_type)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        return pa.array([_fits(d, data_type) for d in decoded], type=data_type)
+
+
+def _fits(value: dict[str, Any] | None, data_type: pa.DataType) -> dict[str, Any] | None:
+    try:
+        pa.array([value], type=data_type)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        return None
+    return value

@@ -1,0 +1,313 @@
+"""Offload through the managed ledger, in process: what reads, ids, time lookups, the
+Parquet layout and retention look like once segments live in the object store."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import threading
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from magnetar.ledger.errors import SegmentNotOffloadableError
+from magnetar.storage import OffsetOutOfRangeError, SegmentState
+from magnetar.storage.segment import Segment
+from magnetar.testing.faults import FaultyObjectStore
+from magnetar.tier import (
+    LocalObjectStore,
+    OffloadVerificationError,
+    UnsupportedEntryFormatError,
+    object_key,
+)
+from magnetar.tier.offloader import MANIFEST_SUFFIX
+from tests.tier.rig import (
+    OpenRig,
+    Rig,
+    append_mixed,
+    expected_messages,
+    messages,
+    publish_time,
+    read_all,
+    reopen,
+)
+
+DESIGN_COLUMNS = [  # DESIGN.md decision 4, in this order
+    "offset",
+    "publish_time",
+    "event_time",
+    "key",
+    "value",
+    "properties",
+    "producer_name",
+    "sequence_id",
+    "schema_version",
+]
+
+
+async def offload_all(rig: Rig, *, drop: bool = True) -> list[int]:
+    """Offload every CLOSED segment (and drop its local copy); their ids."""
+    ids = [s.segment_id for s in rig.in_state(SegmentState.CLOSED)]
+    for sid in ids:
+        await rig.ledger.offload(sid)
+        if drop:
+            await rig.ledger.drop_local_copy(sid)
+    return ids
+
+
+async def test_every_message_reads_back_identically_from_offloaded_segments(
+    open_rig: OpenRig,
+) -> None:
+    """Batched and single messages keep value, key, properties, event time, producer and
+    sequence id; entries keep offsets, counts, publish times and segment ids."""
+    rig = await open_rig()
+    await append_mixed(rig.ledger, 23)
+    local = await read_all(rig.ledger)
+    ids = await offload_all(rig)
+    assert len(ids) == 4
+    rig = await reopen(rig, open_rig)
+    assert [s.local for s in rig.ledger.segments()] == [False] * 4 + [True]
+    remote = await read_all(rig.ledger)
+    shape = [(e.base_offset, e.count, e.publish_time, e.segment_id, e.format) for e in local]
+    assert [
+        (e.base_offset, e.count, e.publish_time, e.segment_id, e.format) for e in remote
+    ] == shape
+    assert messages(remote) == messages(local) == expected_messages(23)
+    assert [rig.ledger.message_id(e) for e in remote] == [rig.ledger.message_id(e) for e in local]
+
+
+async def test_a_read_may_start_anywhere_inside_an_offloaded_segment(open_rig: OpenRig) -> None:
+    rig = await open_rig()
+    await append_mixed(rig.ledger, 16)
+    everything = messages(await read_all(rig.ledger))
+    await offload_all(rig)
+    rig = await reopen(rig, open_rig)
+    for offset in range(rig.ledger.end_offset):
+        [entry] = await rig.ledger.read(offset, max_entries=1)
+        assert entry.base_offset <= offset < entry.next_offset  # the entry holding it
+        assert messages(await read_all(rig.ledger, offset))[-1] == everything[-1]
+
+
+async def test_seek_by_time_finds_messages_in_offloaded_segments(open_rig: OpenRig) -> None:
+    rig = await open_rig()
+    await append_mixed(rig.ledger, 23)
+    entries = await read_all(rig.ledger)
+    await offload_all(rig)
+    rig = await reopen(rig, open_rig)
+    for i, entry in enumerate(entries):
+        assert await rig.ledger.find_offset(publish_time(i)) == entry.base_offset
+        assert await rig.ledger.find_offset(publish_time(i) - 500) == entry.base_offset
+    assert await rig.ledger.find_offset(0) == 0
+    assert await rig.ledger.find_offset(publish_time(99)) == rig.ledger.end_offset
+
+
+async def test_message_ids_of_offloaded_segments_map_to_the_same_offsets(
+    open_rig: OpenRig,
+) -> None:
+    rig = await open_rig()
+    await append_mixed(rig.ledger, 12)
+    before = {e.base_offset: rig.ledger.message_id(e, 0) for e in await read_all(rig.ledger)}
+    await offload_all(rig)
+    rig = await reopen(rig, open_rig)
+    for offset, mid in before.items():
+        assert rig.ledger.offset_of(mid) == offset
+        [entry] = await rig.ledger.read(offset, max_entries=1)
+        assert rig.ledger.message_id(entry, 0) == mid
+
+
+async def test_the_parquet_object_has_the_design_columns_in_offset_order(
+    open_rig: OpenRig, tmp_path: Path
+) -> None:
+    rig = await open_rig()
+    await append_mixed(rig.ledger, 11)
+    [first, second] = await offload_all(rig, drop=False)
+    segment = rig.segment(second)
+    path = tmp_path / "tier" / object_key(rig.ledger.name, second)
+    table = pq.read_table(path)  # plain pyarrow, straight from the file
+    assert table.column_names[: len(DESIGN_COLUMNS)] == DESIGN_COLUMNS
+    offsets = table.column("offset").to_pylist()
+    assert offsets == list(range(segment.first_offset, segment.end_offset))
+    parquet = pq.ParquetFile(path)
+    assert parquet.metadata.row_group(0).sorting_columns[0].column_index == 0
+    rows = table.to_pylist()
+    assert {r["producer_name"] for r in rows} == {"producer-a", "producer-b"}
+    assert all(r["publish_time"].tzinfo is not None for r in rows)
+    by_offset = dict(expected_messages(11))
+    event_micros = table.column("event_time").cast(pa.int64()).to_pylist()
+    for r, event in zip(rows, event_micros, strict=True):
+        want = by_offset[r["offset"]]
+        assert (r["value"], r["key"], dict(r["properties"]), event) == (
+            want.value,
+            want.key,
+            want.properties,
+            want.event_time * 1000,
+        )
+    manifest = json.loads(
+        path.with_name(path.name.replace(".parquet", MANIFEST_SUFFIX)).read_bytes()
+    )
+    assert manifest["row_count"] == len(rows) == parquet.metadata.num_rows
+    assert manifest["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert rig.segment(second).offload["sha256"] == manifest["sha256"]  # type: ignore[index]
+    assert first < second
+
+
+async def test_row_groups_never_split_an_entry(open_rig: OpenRig, tmp_path: Path) -> None:
+    rig = await open_rig(row_group_rows=2)
+    await append_mixed(rig.ledger, 11)
+    for sid in await offload_all(rig, drop=False):
+        parquet = pq.ParquetFile(tmp_path / "tier" / object_key(rig.ledger.name, sid))
+        assert parquet.metadata.num_row_groups > 1
+        for g in range(parquet.metadata.num_row_groups):
+            group = parquet.read_row_group(g, columns=["offset", "entry_offset"])
+            assert group.column("offset")[0] == group.column("entry_offset")[0]
+
+
+async def test_only_a_closed_local_segment_can_be_offloaded(open_rig: OpenRig) -> None:
+    rig = await open_rig()
+    await append_mixed(rig.ledger, 7)
+    [closed] = rig.in_state(SegmentState.CLOSED)
+    [open_segment] = rig.in_state(SegmentState.OPEN)
+    with pytest.raises(SegmentNotOffloadableError, match="OPEN"):
+        await rig.ledger.offload(open_segment.segment_id)
+    with pytest.raises(SegmentNotOffloadableError, match="does not exist"):
+        await rig.ledger.offload(999)
+    assert rig.tier.store.list() == []
+    first, second = await asyncio.gather(
+        rig.ledger.offload(closed.segment_id),
+        rig.ledger.offload(closed.segment_id),
+        return_exceptions=True,
+    )
+    assert first.state is SegmentState.OFFLOADED  # type: ignore[union-attr]
+    assert isinstance(second, SegmentNotOffloadableError) and "being offloaded" in str(second)
+    await rig.ledger.drop_local_copy(closed.segment_id)
+    with pytest.raises(SegmentNotOffloadableError, match="OFFLOADED, remote"):
+        await rig.ledger.offload(closed.segment_id)
+    after = rig.segment(closed.segment_id)
+    assert (after.state, after.local) == (SegmentState.OFFLOADED, False)
+    assert messages(await read_all(rig.ledger)) == expected_messages(7)
+
+
+@pytest.mark.parametrize(("fmt", "count"), [(0, 3), (77, 1)], ids=["raw-count-3", "unknown"])
+async def test_entries_that_cannot_become_one_row_per_message_stay_local(
+    open_rig: OpenRig, fmt: int, count: int
+) -> None:
+    """A RAW entry claiming 3 messages, or a format nobody can unpack, would lose offsets."""
+    rig = await open_rig()
+    for i in range(6):
+        await rig.ledger.append(f"opaque-{i}".encode(), count=count, fmt=fmt)
+    [closed] = rig.in_state(SegmentState.CLOSED)
+    with pytest.raises(UnsupportedEntryFormatError, match="offset 0"):
+        await rig.ledger.offload(closed.segment_id)
+    after = rig.segment(closed.segment_id)
+    assert (after.state, after.local, after.offload) == (SegmentState.CLOSED, True, None)
+    assert [e.payload for e in await read_all(rig.ledger)] == [
+        f"opaque-{i}".encode() for i in range(6)
+    ]
+
+
+async def test_retention_deletes_offloaded_objects_with_their_segments(open_rig: OpenRig) -> None:
+    rig = await open_rig()
+    await append_mixed(rig.ledger, 23)
+    ids = await offload_all(rig)
+    keep = rig.segment(ids[2])
+    deleted = await rig.ledger.trim(keep.first_offset)
+    assert [s.segment_id for s in deleted] == ids[:2]
+    for sid in ids[:2]:
+        assert not rig.tier.store.exists(object_key(rig.ledger.name, sid))
+    assert rig.tier.store.exists(object_key(rig.ledger.name, ids[2]))
+    assert rig.ledger.start_offset == keep.first_offset
+    with pytest.raises(OffsetOutOfRangeError):
+        await rig.ledger.read(0)
+    remaining = messages(await read_all(rig.ledger, keep.first_offset))
+    assert remaining == [m for m in expected_messages(23) if m[0] >= keep.first_offset]
+
+
+async def test_a_trim_never_removes_an_offloading_segment_nor_what_follows(
+    open_rig: OpenRig, tmp_path: Path
+) -> None:
+    """Retention may only cut a prefix: with segment 2 being offloaded, trimming up to the
+    end deletes segment 1 alone, so the log keeps no hole."""
+    store = FaultyObjectStore(LocalObjectStore(tmp_path / "tier"))
+    rig = await open_rig(store)
+    await append_mixed(rig.ledger, 23)
+    first, second, *_ = [s.segment_id for s in rig.in_state(SegmentState.CLOSED)]
+    gate = store.block("put")
+    offload = asyncio.create_task(rig.ledger.offload(second))
+    assert await asyncio.to_thread(gate.reached.wait, 30)
+    assert rig.segment(second).state is SegmentState.OFFLOADING
+    deleted = await rig.ledger.trim(rig.ledger.end_offset)
+    assert [s.segment_id for s in deleted] == [first]
+    gate.release()
+    assert (await offload).state is SegmentState.OFFLOADED
+    start = rig.segment(second).first_offset
+    assert rig.ledger.start_offset == start
+    assert messages(await read_all(rig.ledger, start)) == expected_messages(23)[start:]
+
+
+async def test_a_read_in_flight_when_retention_deletes_its_object_gets_out_of_range(
+    open_rig: OpenRig, tmp_path: Path
+) -> None:
+    store = FaultyObjectStore(LocalObjectStore(tmp_path / "tier"))
+    rig = await open_rig(store)
+    await append_mixed(rig.ledger, 12)
+    ids = await offload_all(rig)
+    rig = await reopen(rig, open_rig)  # cold reader caches
+    gate = store.block("open")
+    read = asyncio.create_task(rig.ledger.read(1))  # positioned in the first segment
+    assert await asyncio.to_thread(gate.reached.wait, 30)
+    deleted = await rig.ledger.trim(rig.segment(ids[1]).first_offset)
+    assert [s.segment_id for s in deleted] == [ids[0]]
+    gate.release()
+    with pytest.raises(OffsetOutOfRangeError, match="deleted by retention"):
+        await read
+    assert not store.exists(object_key(rig.ledger.name, ids[0]))
+    with pytest.raises(OffsetOutOfRangeError):
+        await rig.ledger.read(1)
+
+
+async def test_a_read_racing_the_local_copy_drop_is_served_by_the_tier(
+    open_rig: OpenRig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reader thread is inside a segment when its files are deleted: the read goes
+    on from the object store instead of failing on the missing file."""
+    rig = await open_rig()
+    await append_mixed(rig.ledger, 12)
+    [sid, *_] = await offload_all(rig, drop=False)
+    reading, dropped = threading.Event(), threading.Event()
+    original = Segment.read
+
+    def read_after_drop(self: Segment, *args: int) -> list:  # type: ignore[type-arg]
+        if self.info.segment_id == sid and not dropped.is_set():
+            reading.set()
+            assert dropped.wait(30)
+        return original(self, *args)
+
+    monkeypatch.setattr(Segment, "read", read_after_drop)
+    read = asyncio.create_task(rig.ledger.read(0, max_entries=2))
+    assert await asyncio.to_thread(reading.wait, 30)
+    await rig.ledger.drop_local_copy(sid)
+    dropped.set()
+    entries = await read
+    assert [e.segment_id for e in entries] == [sid, sid]
+    assert messages(entries) == expected_messages(12)[: sum(e.count for e in entries)]
+
+
+async def test_the_offloader_refuses_entries_that_do_not_cover_the_segment(
+    open_rig: OpenRig,
+) -> None:
+    """Verification covers the segment, not just the object: an object missing the last
+    entry would read back 'correct' and lose it once the local copy goes."""
+    rig = await open_rig()
+    await append_mixed(rig.ledger, 7)
+    [seg] = rig.in_state(SegmentState.CLOSED)
+    entries = await read_all(rig.ledger)
+    own = [e for e in entries if e.segment_id == seg.segment_id]
+    for partial in (own[:-1], own[1:]):
+        with pytest.raises(OffloadVerificationError, match="were read from it"):
+            rig.tier.offloader.offload(rig.ledger.name, seg, partial)
+    assert rig.tier.store.list() == []
+    manifest = rig.tier.offloader.offload(rig.ledger.name, seg, own)
+    assert manifest.row_count == seg.end_offset - seg.first_offset
