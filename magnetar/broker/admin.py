@@ -183,6 +183,8 @@ class TopicAdmin:
                     "timestamp": s.closed_ms or s.created_ms,
                     "state": s.state.value,
                     "offloaded": s.state.value == "OFFLOADED",
+                    "local": s.local,
+                    "location": _location(s.local, s.offload),
                 }
                 for s in segments
             ],
@@ -291,6 +293,14 @@ class TopicAdmin:
         if sub.store is not None:
             await sub.store.flush()
         sub.kick()
+
+
+def _location(local: bool, offload: dict[str, Any] | None) -> str:
+    """Where a segment's bytes can be read: local files, the object store, or both."""
+    remote = f"{offload.get('store', '')}/{offload.get('key', '')}" if offload else ""
+    if local and remote:
+        return f"local+{remote}"
+    return "local" if local else remote
 
 
 def _type_name(sub_type: SubType) -> str:
