@@ -13,7 +13,7 @@ $(BIN)/python:
 
 $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install --disable-pip-version-check -q --upgrade pip
-	$(BIN)/pip install --disable-pip-version-check -q -e '.[test]'
+	$(BIN)/pip install --disable-pip-version-check -q -e '.[test]' --config-settings editable_mode=compat
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 

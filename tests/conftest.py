@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from magnetar.testing.server import StandaloneProcess
+from magnetar.testing.server import REPO, StandaloneProcess
 
 
 @pytest.fixture(scope="module")
@@ -20,3 +23,34 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneP
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One local Spark session per test run (start-up takes 10-30 s on 2 cores).
+
+    Spark's Python workers must run this interpreter (the venv's), bind to loopback, and
+    find ``pyspark_magnetar`` on their ``sys.path`` whatever the working directory: an
+    editable install exposes it through an import hook that PySpark's data-source
+    discovery (``pkgutil.iter_modules``) does not see.
+    """
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    paths = [str(REPO), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("magnetar-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.warehouse.dir", str(tmp_path_factory.mktemp("spark-warehouse")))
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    try:
+        yield session
+    finally:
+        session.stop()

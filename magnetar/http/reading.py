@@ -145,12 +145,23 @@ async def _schema(broker: Broker, name: TopicName) -> dict[str, Any] | None:
 
 
 async def _commit(broker: Broker, name: TopicName, sub: str, offsets: dict[str, Any]) -> None:
+    """Move ``sub`` forward to ``offsets`` (never back). Every partition is checked first,
+    so a refused commit changes nothing."""
     parts = dict(await _partitions(broker, name))
+    moves = []
     for key, value in offsets.items():
-        index = int(key)
-        if index not in parts or not isinstance(value, int) or value < 0:
+        index = int(key) if isinstance(key, str) and key.isdigit() else -1
+        if index not in parts or type(value) is not int or value < 0:
             raise InvalidRequestError(f"bad commit for partition {key!r}: {value!r}")
         topic = await broker.get_topic(parts[index])
+        if value > topic.ledger.end_offset:
+            # A cursor past the end would count messages not yet written as acknowledged.
+            raise InvalidRequestError(
+                f"bad commit for partition {key!r}: {value} is past the end "
+                f"({topic.ledger.end_offset})"
+            )
+        moves.append((topic, value))
+    for topic, value in moves:
         subscription = await topic.subscription(sub, SubType.SHARED, durable=True, start=0)
         if value > subscription.cursor.mark_delete:
             subscription.ack_cumulative(value - 1)

@@ -3,7 +3,8 @@
 A bounded read is a range of segments, resolved from segment metadata (seed 001): time
 bounds pick segments by their publish-time range, and only segments that overlap the range
 become input partitions. Offloaded segments are read from the object store by the
-executors; local ones through the storage node's Arrow Flight endpoint.
+executors (even while a local copy lingers); the others through the storage node's Arrow
+Flight endpoint.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from magnetar.core.names import TopicName
-from magnetar.spark.options import EARLIEST, LATEST, ReadOptions, SparkSourceError
+from magnetar.spark.options import EARLIEST, ReadOptions, SparkSourceError
 
 log = logging.getLogger(__name__)
 
@@ -166,8 +167,10 @@ def _partition_slices(
         a, b = max(lo, seg["first"]), min(hi, seg["end"])
         if a >= b or not _overlaps(seg, min_ts, max_ts):
             continue
-        offloaded = seg["object"] and not seg["local"]
-        if offloaded:
+        # An offloaded segment is read from its object even while a local copy lingers
+        # (offloadDeletionLagMs): Parquet straight into Arrow beats rebuilding rows from
+        # entries on the storage node, and the local copy may be dropped mid-read.
+        if seg["state"] == "OFFLOADED" and seg["object"]:
             out.append(
                 Slice(
                     "parquet",
@@ -234,6 +237,3 @@ def _with(s: Slice, start: int, end: int) -> Slice:
     return Slice(
         s.kind, s.topic, s.partition, s.ledger, start, end, s.location, s.key, s.min_ts, s.max_ts
     )
-
-
-_ = LATEST

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -12,18 +12,22 @@ import pyarrow.parquet as pq
 
 from magnetar.spark.planning import Slice
 from magnetar.tier.object_store import open_object_store
-from magnetar.tier.rows import to_rows
+from magnetar.tier.rows import PARQUET_COLUMNS, to_rows
 
 BATCH_ROWS = 64_000
 
 
-def read_slice(s: Slice, data_type: pa.DataType | None) -> Iterator[pa.RecordBatch]:
-    """Arrow batches of ``s`` in the reader row layout (Spark's schema, exactly)."""
+def read_slice(
+    s: Slice, data_type: pa.DataType | None, columns: Sequence[str] | None = None
+) -> Iterator[pa.RecordBatch]:
+    """Arrow batches of ``s`` in the reader row layout (Spark's schema, exactly): every
+    column, or only ``columns`` (see :func:`magnetar.tier.rows.to_rows`)."""
     tables = _parquet(s) if s.kind == "parquet" else _flight(s)
     for table in tables:
         table = _filter(table, s)
         if table.num_rows:
-            yield from to_rows(table, s.topic, s.partition, data_type).to_batches(BATCH_ROWS)
+            rows = to_rows(table, s.topic, s.partition, data_type, columns)
+            yield from rows.to_batches(BATCH_ROWS)
 
 
 def _parquet(s: Slice) -> Iterator[pa.Table]:
@@ -35,7 +39,7 @@ def _parquet(s: Slice) -> Iterator[pa.Table]:
         stats = meta.row_group(g).column(col).statistics
         if stats is not None and (stats.max < s.start or stats.min >= s.end):
             continue  # this row group lies outside the slice: never read it
-        yield parquet.read_row_group(g)
+        yield parquet.read_row_group(g, columns=PARQUET_COLUMNS)
 
 
 def _flight(s: Slice) -> Iterator[pa.Table]:
@@ -52,7 +56,12 @@ def _flight(s: Slice) -> Iterator[pa.Table]:
 
 
 def _filter(table: pa.Table, s: Slice) -> pa.Table:
+    if not table.num_rows:
+        return table
     offsets = table.column("offset")
+    inside = offsets[0].as_py() >= s.start and offsets[-1].as_py() < s.end
+    if inside and s.min_ts is None and s.max_ts is None:
+        return table  # rows come in offset order: wholly inside the slice, the common case
     mask = pc.and_(pc.greater_equal(offsets, s.start), pc.less(offsets, s.end))
     times = table.column("publish_time")
     if s.min_ts is not None:

@@ -4,12 +4,17 @@ History and tail in one source (seed 001): input partitions are segment ranges, 
 executors straight from the object store (offloaded Parquet) or from the storage node's
 Arrow Flight endpoint (local segments) — never through the per-message consumer protocol.
 Streaming offsets are ``{"<topic>": {"<partition>": offset}}`` with sorted keys.
+
+Catalog tables (:mod:`.catalog`) carry their options in the field metadata of the table
+schema (key ``magnetar.options``): Spark 4.3 stores no OPTIONS for tables of a Python data
+source, but hands the reader the table's schema, metadata included.
 """
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pyarrow as pa
@@ -21,6 +26,7 @@ from pyspark.sql.datasource import (
     DataSourceWriter,
     InputPartition,
 )
+from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
@@ -30,29 +36,38 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from magnetar.spark import planning
-from magnetar.spark.options import LATEST, ReadOptions, SparkSourceError, parse
+from magnetar.spark.options import LATEST, ReadOptions, SparkSourceError, normalize, parse
 from magnetar.spark.planning import Slice
 from magnetar.spark.reading import read_slice
-from magnetar.tier.rows import BASE_DDL, record_type
+from magnetar.tier.rows import BASE_DDL, arrow_schema, record_type
 
 log = logging.getLogger(__name__)
 Offsets = dict[str, dict[str, int]]
+OPTIONS_KEY = "magnetar.options"  # field metadata: a catalog table's options, as JSON
 
 
 class MagnetarPartition(InputPartition):
-    def __init__(self, piece: Slice, definition: Any) -> None:
+    """A slice to read, with what its rows need: the JSON record definition (for ``data``)
+    and the columns asked for (None: all)."""
+
+    def __init__(self, piece: Slice, definition: Any, columns: list[str] | None) -> None:
         super().__init__(piece)
         self.piece = piece
         self.definition = definition
+        self.columns = columns
 
 
 def _data_definition(plans: dict[str, dict[str, Any]]) -> Any:
-    """The record definition shared by every topic read (JSON/AVRO schema), or None."""
+    """The record definition shared by every topic read (JSON schema), or None.
+
+    Only JSON topics get a ``data`` column: their values are decoded as JSON text. AVRO
+    values are binary Avro, which this source does not decode (read ``value``).
+    """
     schemas: list[dict[str, Any]] = [p["schema"] for p in plans.values() if p.get("schema")]
     if not schemas or len(schemas) != len(plans):
         return None
     definitions = {repr(s["definition"]) for s in schemas}
-    if len(definitions) != 1 or schemas[0]["type"] not in ("JSON", "AVRO"):
+    if len(definitions) != 1 or schemas[0]["type"] != "JSON":
         return None
     definition = schemas[0]["definition"]
     return definition if record_type(definition) else None
@@ -61,6 +76,40 @@ def _data_definition(plans: dict[str, dict[str, Any]]) -> Any:
 def _data_type(definition: Any) -> pa.DataType | None:
     mapped = record_type(definition) if definition is not None else None
     return mapped[0] if mapped else None
+
+
+def _wanted(definition: Any, schema: StructType | None) -> tuple[Any, list[str] | None]:
+    """The record definition still needed and the columns to build for ``schema`` — the
+    source's own, or one the user gave (``.schema("key string, offset long")``: Python
+    data sources get no column pruning, so a narrower schema is how a query skips
+    building and shipping columns). Raises SparkSourceError, before any task runs, for a
+    column the source does not have or a type other than the source's."""
+    if schema is None:
+        return definition, None
+    full = arrow_schema(_data_type(definition))
+    wanted = to_arrow_schema(schema, timezone="UTC")
+    for f in wanted:
+        i = full.get_field_index(f.name)
+        if i < 0:
+            raise SparkSourceError(
+                f"schema column {f.name!r} is not one of the source's: {', '.join(full.names)}"
+            )
+        if not full.field(i).type.equals(f.type):
+            raise SparkSourceError(
+                f"schema column {f.name!r} must have the type {full.field(i).type}, not {f.type}"
+            )
+    columns = None if wanted.names == full.names else wanted.names
+    return (definition if "data" in wanted.names else None), columns
+
+
+def table_options(options: Mapping[str, str], schema: StructType) -> dict[str, str]:
+    """``options`` plus those a catalog table keeps in its schema's field metadata."""
+    merged: dict[str, str] = {}
+    for f in schema.fields:
+        raw = (f.metadata or {}).get(OPTIONS_KEY)
+        if raw:
+            merged.update(normalize(json.loads(raw)))
+    return {**merged, **normalize(options)}
 
 
 class MagnetarDataSource(DataSource):
@@ -77,36 +126,38 @@ class MagnetarDataSource(DataSource):
         return BASE_DDL + (f", data {mapped[1]}" if mapped else "")
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return MagnetarBatchReader(parse(self.options, streaming=False))
+        opts = parse(table_options(self.options, schema), streaming=False)
+        return MagnetarBatchReader(opts, schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return MagnetarStreamReader(parse(self.options, streaming=True))
+        opts = parse(table_options(self.options, schema), streaming=True)
+        return MagnetarStreamReader(opts, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from magnetar.spark.sink import MagnetarWriter
 
-        return MagnetarWriter(self.options, schema)
+        return MagnetarWriter(table_options(self.options, schema), schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         from magnetar.spark.sink import MagnetarStreamWriter
 
-        return MagnetarStreamWriter(self.options, schema)
+        return MagnetarStreamWriter(table_options(self.options, schema), schema)
 
 
 class MagnetarBatchReader(DataSourceReader):
     """A bounded read; everything is resolved on the driver, before any task runs."""
 
-    def __init__(self, opts: ReadOptions) -> None:
+    def __init__(self, opts: ReadOptions, schema: StructType | None = None) -> None:
         plans = planning.fetch_plans(opts)
         start = planning.bounds(plans, opts.starting, end=False)
         end = planning.bounds(plans, opts.ending, end=True)
         start = planning.check_data_loss(plans, start, opts.fail_on_data_loss)
         pieces = planning.slices(plans, start, end, min_ts=opts.starting_ts, max_ts=opts.ending_ts)
         self.pieces = planning.split(pieces, opts.min_partitions)
-        self.definition = _data_definition(plans)
+        self.definition, self.columns = _wanted(_data_definition(plans), schema)
 
     def partitions(self) -> list[InputPartition]:
-        return [MagnetarPartition(p, self.definition) for p in self.pieces]
+        return [MagnetarPartition(p, self.definition, self.columns) for p in self.pieces]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         yield from _read(partition)
@@ -116,10 +167,12 @@ class MagnetarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """The tail after the history, in micro-batches; offsets live in Spark's checkpoint and,
     with the ``subscription`` option, in a durable subscription too."""
 
-    def __init__(self, opts: ReadOptions) -> None:
+    def __init__(self, opts: ReadOptions, schema: StructType | None = None) -> None:
         self.opts = opts
         self.target: Offsets | None = None
-        self.definition = _data_definition(planning.fetch_plans(opts))
+        self.committed: Offsets | None = None  # last offsets given to the subscription
+        definition = _data_definition(planning.fetch_plans(opts))
+        self.definition, self.columns = _wanted(definition, schema)
 
     def initialOffset(self) -> Offsets:
         plans = planning.fetch_plans(self.opts)
@@ -136,30 +189,39 @@ class MagnetarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.target = planning.bounds(planning.fetch_plans(self.opts), LATEST, end=True)
 
     def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
+        # Spark asks for the next batch only once the previous one is committed to its sink,
+        # so ``start`` is processed: move the subscription now. Spark's own commit() comes
+        # only after the *next* batch is planned — never for the last batch of availableNow.
+        self._commit_subscription(start)
         latest = planning.bounds(planning.fetch_plans(self.opts), LATEST, end=True)
         if self.target is not None:
             latest = _cap(latest, self.target)
         begin = _fill(start, latest)
         if isinstance(limit, ReadMaxRows):
             latest = _limit(begin, latest, limit.max_rows)
-        return {t: dict(sorted(p.items())) for t, p in sorted(_cap(latest, latest).items())}
+        return {t: dict(sorted(p.items())) for t, p in sorted(latest.items())}
 
     def partitions(self, start: Offsets, end: Offsets) -> list[InputPartition]:
         plans = planning.fetch_plans(self.opts)
         begin = planning.check_data_loss(plans, _fill(start, end), self.opts.fail_on_data_loss)
         pieces = planning.slices(plans, begin, end, min_ts=self.opts.starting_ts)
-        return [MagnetarPartition(p, self.definition) for p in pieces]
+        return [MagnetarPartition(p, self.definition, self.columns) for p in pieces]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         yield from _read(partition)
 
     def commit(self, end: Offsets) -> None:
-        if not self.opts.subscription:
+        self._commit_subscription(end)
+
+    def _commit_subscription(self, processed: Offsets) -> None:
+        """Move the durable subscription (option ``subscription``) to ``processed``."""
+        if not self.opts.subscription or processed == self.committed:
             return
-        for topic, parts in end.items():
+        for topic, parts in processed.items():
             url = self.opts.url + planning.plan_path(topic).removesuffix("/plan")
             url += f"/subscription/{self.opts.subscription}/commit"
             planning.http_post(url, {"offsets": parts})
+        self.committed = processed
 
     def stop(self) -> None:
         return None
@@ -168,7 +230,8 @@ class MagnetarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 def _read(partition: InputPartition) -> Iterator[pa.RecordBatch]:
     # Spark hands a bare InputPartition to read() when a micro-batch planned none: no rows.
     if isinstance(partition, MagnetarPartition):
-        yield from read_slice(partition.piece, _data_type(partition.definition))
+        data_type = _data_type(partition.definition)
+        yield from read_slice(partition.piece, data_type, partition.columns)
 
 
 def _fill(start: Offsets, like: Offsets) -> Offsets:
@@ -219,6 +282,3 @@ def _time_start(plans: dict[str, dict[str, Any]], ts: int) -> Offsets:
             )
             out[topic][str(p["index"])] = max(first, p["start"])
     return out
-
-
-_ = SparkSourceError

@@ -6,12 +6,13 @@ Columns (Spark's Kafka source names where the meaning is the same)::
 
     key string, value binary, topic string, partition int, offset long,
     publishTime timestamp, eventTime timestamp, properties map<string,string>,
-    producerName string, sequenceId long [, data struct<...> when the topic has a schema]
+    producerName string, sequenceId long [, data struct<...> when the topic has a JSON schema]
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -54,26 +55,44 @@ def arrow_schema(data_type: pa.DataType | None = None) -> pa.Schema:
 
 
 def to_rows(
-    table: pa.Table, topic: str, partition: int, data_type: pa.DataType | None = None
+    table: pa.Table,
+    topic: str,
+    partition: int,
+    data_type: pa.DataType | None = None,
+    columns: Sequence[str] | None = None,
 ) -> pa.Table:
-    """Shape a Parquet-layout table into reader rows for ``topic``/``partition``."""
-    n = table.num_rows
-    columns = [
-        table.column("key"),
-        table.column("value"),
-        pa.repeat(pa.scalar(topic, pa.string()), n),
-        pa.repeat(pa.scalar(partition, pa.int32()), n),
-        table.column("offset"),
-        table.column("publish_time"),
-        table.column("event_time"),
-        table.column("properties"),
-        table.column("producer_name"),
-        table.column("sequence_id"),
-    ]
-    if data_type is not None:
-        values = table.column("value").to_pylist()
-        columns.append(decode_json(values, data_type))
-    return pa.Table.from_arrays(columns, schema=arrow_schema(data_type))
+    """Shape a Parquet-layout table into reader rows for ``topic``/``partition``: every
+    column of :func:`arrow_schema`, or only ``columns`` (names from it, in that order; a
+    column not asked for is never built — ``data`` costs a JSON decode per row)."""
+    full = arrow_schema(data_type)
+    names = list(columns) if columns is not None else full.names
+    arrays = [_column(name, table, topic, partition, data_type) for name in names]
+    return pa.Table.from_arrays(arrays, schema=pa.schema([full.field(n) for n in names]))
+
+
+_FROM_PARQUET = {
+    "key": "key",
+    "value": "value",
+    "offset": "offset",
+    "publishTime": "publish_time",
+    "eventTime": "event_time",
+    "properties": "properties",
+    "producerName": "producer_name",
+    "sequenceId": "sequence_id",
+}
+
+
+def _column(
+    name: str, table: pa.Table, topic: str, partition: int, data_type: pa.DataType | None
+) -> pa.Array | pa.ChunkedArray:
+    if name == "topic":
+        return pa.repeat(pa.scalar(topic, pa.string()), table.num_rows)
+    if name == "partition":
+        return pa.repeat(pa.scalar(partition, pa.int32()), table.num_rows)
+    if name == "data":
+        assert data_type is not None
+        return decode_json(table.column("value").to_pylist(), data_type)
+    return table.column(_FROM_PARQUET[name])
 
 
 # -- schemas: Avro-style record definitions (JSON and AVRO topics) → Arrow / Spark -----------
