@@ -24,6 +24,8 @@ from magnetar.protocols.kafka.service import KafkaSettings
 from magnetar.protocols.pulsar.server import PulsarServer
 from magnetar.storage import StorageEngine
 from magnetar.tier import Tier, open_object_store
+from magnetar.views.http import view_routes
+from magnetar.views.service import ViewService
 
 
 @dataclass
@@ -40,6 +42,7 @@ class Standalone:
     retention: RetentionService | None = None
     offload: OffloadService | None = None
     flight: BulkReadServer | None = None
+    views: ViewService | None = None
 
     @classmethod
     async def start(cls, settings: Settings) -> Standalone:
@@ -85,7 +88,10 @@ class Standalone:
                 offload=node.offload,
                 flight_url=f"grpc://{advertised}:{node.flight.port}",
             )
+            node.views = ViewService(settings, meta, broker)
+            node.http.extra_routes += view_routes(node.views)
             await node.http.start()
+            await node.views.start(f"http://{_local(settings.bind_address)}:{node.http.port}")
             node.retention = RetentionService(broker, interval=settings.retention_check_interval)
             node.retention.start()
         except BaseException:
@@ -113,6 +119,8 @@ class Standalone:
                 await self.retention.aclose()
             if self.offload is not None:
                 await self.offload.aclose()
+            if self.views is not None:
+                await self.views.aclose()
             if self.http is not None:
                 await self.http.aclose()
             if self.flight is not None:
@@ -127,6 +135,11 @@ class Standalone:
             await self.storage.aclose()
         finally:
             await self.meta.aclose()
+
+
+def _local(bind: str) -> str:
+    """An address this process reaches its own listeners on."""
+    return "127.0.0.1" if bind in ("", "0.0.0.0", "::") else bind
 
 
 def _broker_settings(s: Settings) -> BrokerSettings:

@@ -14,6 +14,7 @@ from magnetar import __version__
 from magnetar.cli.admin import add_admin
 from magnetar.cli.client import add_client
 from magnetar.cli.rest import RestClient
+from magnetar.cli.views import add_views
 from magnetar.core.config import Settings, build_settings
 from magnetar.core.errors import MagnetarError
 
@@ -45,6 +46,10 @@ _STANDALONE_FLAGS: list[tuple[str, str, type, str]] = [
     ("--offload-check-interval", "offload_check_interval", float, "seconds between sweeps"),
     ("--offload-row-group-rows", "offload_row_group_rows", int, "Parquet row group size"),
     ("--offload-deletion-lag-ms", "offload_deletion_lag_ms", int, "default local-copy lag"),
+    ("--spark-master", "spark_master", str, "Spark master for views (default local[*])"),
+    ("--spark-driver-memory", "spark_driver_memory", str, "Spark driver memory (default 2g)"),
+    ("--views-max-batch-events", "views_max_batch_events", int, "events per view micro-batch"),
+    ("--views-trigger-ms", "views_trigger_ms", int, "view micro-batch interval (0: no wait)"),
 ]
 
 
@@ -68,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     standalone.set_defaults(handler=_standalone)
     add_admin(commands)
     add_client(commands)
+    add_views(commands)
     return parser
 
 

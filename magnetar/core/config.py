@@ -75,6 +75,10 @@ class Settings:
     offload_check_interval: float = 5.0  # seconds between offload-policy sweeps
     offload_row_group_rows: int = 100_000
     offload_deletion_lag_ms: int = 4 * 3600 * 1000  # when a namespace sets none (Pulsar: 4 h)
+    spark_master: str = "local[*]"  # Spark for views; started on the first view, not at boot
+    spark_driver_memory: str = "2g"
+    views_max_batch_events: int = 1_000_000  # per micro-batch of a SQL view (Python: 1/10)
+    views_trigger_ms: int = 100  # micro-batch interval of a view's query; 0 = back to back
 
     @property
     def journal_path(self) -> Path:
@@ -101,7 +105,12 @@ def as_dict(settings: Settings) -> dict[str, Any]:
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(Settings)}
-_NON_NEGATIVE = {"segment_max_age", "segment_max_entries", "offload_deletion_lag_ms"}
+_NON_NEGATIVE = {
+    "segment_max_age",
+    "segment_max_entries",
+    "offload_deletion_lag_ms",
+    "views_trigger_ms",
+}
 _POSITIVE = {
     "journal_max_bytes",
     "segment_max_bytes",
@@ -111,6 +120,7 @@ _POSITIVE = {
     "retention_check_interval",
     "offload_check_interval",
     "offload_row_group_rows",
+    "views_max_batch_events",
 }
 _STRATEGIES = {
     "ALWAYS_INCOMPATIBLE",

@@ -36,6 +36,7 @@ class StandaloneProcess:
     startup_timeout: float = 60.0
     proc: subprocess.Popen[str] | None = None
     output: list[str] = field(default_factory=list)
+    pump: threading.Thread | None = None
 
     @property
     def pulsar_url(self) -> str:
@@ -76,7 +77,8 @@ class StandaloneProcess:
             env=env,
         )
         ready = threading.Event()
-        threading.Thread(target=self._pump, args=(ready,), daemon=True).start()
+        self.pump = threading.Thread(target=self._pump, args=(ready,), daemon=True)
+        self.pump.start()
         came_up = ready.wait(self.startup_timeout) and any(READY in line for line in self.output)
         if not came_up or self.proc.poll() is not None:
             self.kill()
@@ -113,7 +115,11 @@ class StandaloneProcess:
     def _reap(self) -> int:
         assert self.proc is not None
         code = self.proc.wait()
-        if self.proc.stdout is not None:
+        if self.pump is not None:
+            # Children (Spark's JVM) may hold the pipe a little longer: let the reader see EOF
+            # before closing, or it reads from a closed file.
+            self.pump.join(30)
+        if self.proc.stdout is not None and (self.pump is None or not self.pump.is_alive()):
             self.proc.stdout.close()
         return code
 

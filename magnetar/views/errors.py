@@ -1,0 +1,59 @@
+"""Errors of the views area: one root, :class:`ViewError`, with a stable code per class.
+
+The HTTP layer maps them to statuses (``status`` below); the CLI prints the message.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from magnetar.core.errors import MagnetarError
+
+
+class ViewError(MagnetarError):
+    """Root of every error of the views area."""
+
+    code: ClassVar[str] = "views.error"
+    status: ClassVar[int] = 500
+
+
+class InvalidViewError(ViewError):
+    """The definition is unusable (bad SQL, a missing key column, an unknown topic or an
+    unimportable function); nothing was created or changed. Fix the definition and retry."""
+
+    code = "views.invalid"
+    status = 400
+
+
+class ViewNotFoundError(ViewError):
+    """No view of that name exists (or it was deleted)."""
+
+    code = "views.not_found"
+    status = 404
+
+
+class ViewConflictError(ViewError):
+    """The call does not fit the view's current state (e.g. writing a read-only as-of view)."""
+
+    code = "views.conflict"
+    status = 409
+
+
+class TransformError(ViewError):
+    """The transformation raised on one event; ``at`` names the event (topic, partition,
+    offset). The view stops there (FAILED): no change of the failing batch was committed."""
+
+    code = "views.transform"
+
+    def __init__(self, message: str, at: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.at = at
+
+
+class StateStoreError(ViewError):
+    """The state store failed or is unreachable; the transaction in flight was rolled back,
+    so a retry of the same batch finds the store as it was before."""
+
+    code = "views.store"
+    retriable = True
+    status = 503

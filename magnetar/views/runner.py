@@ -1,0 +1,256 @@
+"""One view version running as ONE Spark structured streaming query: the history first
+(read straight from segments and offloaded Parquet by the ``magnetar`` source, from the
+earliest offset), then the live tail, with no hand-over in between.
+
+Each micro-batch goes through ``foreachBatch``: SQL views upsert the rows Spark's update
+mode emits; Python views fold the batch's events per key onto the stored state. The changes
+and the batch's source offsets commit in one store transaction (exactly once: a batch that
+Spark replays after a crash carries a batch id the store already holds, and is skipped).
+
+Durable: the Spark checkpoint (``checkpoint/``: offsets of each planned batch, SQL
+aggregation state) and the store. A failure leaves the store at the last committed batch;
+the view goes FAILED with the error and the offsets it stopped at.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from magnetar.views.errors import InvalidViewError, TransformError, ViewError
+from magnetar.views.model import Offsets, Position, ViewDefinition, ViewState, key_text
+from magnetar.views.session import bind_sql, first_line, source_reader
+from magnetar.views.stores.base import StateStore
+from magnetar.views.transform import TOP_LEVEL, FoldResult, events_of, fold, load_function
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    url: str  # the Magnetar HTTP URL the source plans reads from
+    max_batch_events: int
+    trigger_ms: int
+
+
+def offsets_of_batch(checkpoint: Path, batch_id: int) -> Offsets:
+    """The source end offsets Spark planned for ``batch_id`` (its offset log, written before
+    the batch runs): the exact position the batch's state reflects."""
+    lines = (checkpoint / "offsets" / str(batch_id)).read_text().splitlines()
+    parsed: Offsets = json.loads(lines[-1])
+    return parsed
+
+
+def reached(position: Offsets, target: Offsets) -> bool:
+    return all(
+        position.get(t, {}).get(p, 0) >= o for t, parts in target.items() for p, o in parts.items()
+    )
+
+
+class ViewRunner:
+    """A view version's streaming query and what it has done; thread-safe status."""
+
+    def __init__(
+        self,
+        definition: ViewDefinition,
+        version: int,
+        dataset: str,
+        store: StateStore,
+        checkpoint: Path,
+        bootstrap: dict[str, Offsets],
+        on_change: Callable[[ViewRunner], None],
+    ) -> None:
+        self.definition = definition
+        self.version = version
+        self.dataset = dataset
+        self.store = store
+        self.checkpoint = checkpoint
+        self.start_offsets = bootstrap["start"]
+        self.target = bootstrap["target"]
+        self.on_change = on_change
+        self.state = ViewState.CREATED
+        self.error: str | None = None
+        self.failed_at: dict[str, Any] | None = None
+        self.position = store.position(dataset) or Position()
+        self.query: Any = None
+        self._frame: Any = None
+        self._stopping = False
+        self._lock = threading.Lock()
+
+    # -- building and starting ----------------------------------------------------------
+
+    def prepare(self, spark: Any, opts: RunOptions) -> Any:
+        """The streaming DataFrame whose rows the batches receive; InvalidViewError for a
+        bad definition (checked before anything starts)."""
+        if self._frame is not None:
+            return self._frame
+        self._frame = self._build(spark, opts)
+        return self._frame
+
+    def _build(self, spark: Any, opts: RunOptions) -> Any:
+        d = self.definition
+        limit = opts.max_batch_events if d.sql else max(1, opts.max_batch_events // 10)
+        events = (
+            source_reader(spark, opts.url, d.source, streaming=True)
+            .option("startingOffsets", "earliest")
+            .option("maxOffsetsPerTrigger", str(limit))
+            .load()
+        )
+        if d.sql is None:
+            assert d.python is not None
+            self._apply = load_function(d.python)
+            check_python_key(events.columns, events.schema, d.key)
+            return events
+        out = bind_sql(spark, events, d.sql)
+        missing = [k for k in d.key if k not in out.columns]
+        if missing:
+            raise InvalidViewError(
+                f"key column(s) {missing} are not in the SQL result (its columns: {out.columns})"
+            )
+        return out
+
+    def start(self, frame: Any, opts: RunOptions) -> None:
+        """Start the query (returns at once; batches run on Spark's threads)."""
+        writer = (
+            frame.writeStream.queryName(f"view_{self.dataset}")
+            .outputMode("update")
+            .option("checkpointLocation", str(self.checkpoint))
+            .foreachBatch(self._batch)
+        )
+        if opts.trigger_ms > 0:
+            writer = writer.trigger(processingTime=f"{opts.trigger_ms} milliseconds")
+        try:
+            self.query = writer.start()
+        except Exception as e:  # e.g. an operation streaming queries cannot run
+            raise InvalidViewError(f"invalid SQL for a streaming view: {first_line(e)}") from None
+        self._set_running()
+        threading.Thread(target=self._watch, name=f"view-{self.dataset}", daemon=True).start()
+
+    def _set_running(self) -> None:
+        with self._lock:
+            live = reached(self.position.offsets, self.target)
+            self.state = ViewState.LIVE if live else ViewState.BOOTSTRAPPING
+        self.on_change(self)
+
+    def _watch(self) -> None:
+        query = self.query
+        try:
+            query.awaitTermination()
+        except Exception as e:  # the query died: keep the first, most precise error
+            self._fail(first_line(e), None)
+            return
+        with self._lock:
+            if self.state not in (ViewState.FAILED,):
+                self.state = ViewState.STOPPED
+        self.on_change(self)
+
+    def stop(self) -> None:
+        """Stop the query; the store keeps its last commit (a later start resumes there)."""
+        self._stopping = True
+        if self.query is not None:
+            try:
+                self.query.stop()
+            except Exception as e:  # the JVM may be gone already at shutdown
+                log.warning("stopping view %s: %s", self.dataset, first_line(e))
+        with self._lock:
+            if self.state != ViewState.FAILED:
+                self.state = ViewState.STOPPED
+
+    # -- one micro-batch ------------------------------------------------------------------
+
+    def _batch(self, frame: Any, batch_id: int) -> None:
+        try:
+            offsets = offsets_of_batch(self.checkpoint, batch_id)
+            stored = self.store.position(self.dataset)
+            if stored is not None and batch_id <= stored.batch_id:
+                log.info("view %s: batch %d already committed, skipped", self.dataset, batch_id)
+                return
+            changes = self._changes(frame)
+            self.store.commit(self.dataset, batch_id, offsets, changes.upserts, changes.deletes)
+        except TransformError as e:
+            self._fail(str(e), e.at)
+            raise
+        except ViewError as e:
+            self._fail(str(e), None)
+            raise
+        except Exception as e:
+            self._fail(f"batch {batch_id} failed: {first_line(e)}", None)
+            raise
+        self._advance(Position(batch_id, offsets, int(time.time() * 1000)))
+
+    def _changes(self, frame: Any) -> FoldResult:
+        table = frame.toArrow()
+        d = self.definition
+        if d.sql is not None:
+            rows = table.to_pylist()
+            return FoldResult({key_text([r[k] for k in d.key]): r for r in rows})
+        return fold(
+            events_of(table),
+            d.key,
+            self._apply,
+            lambda keys: self.store.get_many(self.dataset, keys),
+            d.python or "transformation",
+        )
+
+    def _advance(self, position: Position) -> None:
+        with self._lock:
+            self.position = position
+            became_live = self.state == ViewState.BOOTSTRAPPING and reached(
+                position.offsets, self.target
+            )
+            if became_live:
+                self.state = ViewState.LIVE
+        if became_live:
+            self.on_change(self)
+
+    def _fail(self, error: str, at: dict[str, Any] | None) -> None:
+        with self._lock:
+            if self.state == ViewState.FAILED or self._stopping:
+                return
+            self.state = ViewState.FAILED
+            self.error = error
+            self.failed_at = at or {"offsets": self.position.offsets}
+        log.error("view %s failed: %s", self.dataset, error)
+        self.on_change(self)
+
+    # -- status ----------------------------------------------------------------------------
+
+    def last_batch(self) -> dict[str, Any] | None:
+        """Spark's timings of the last micro-batch (ms per phase), when the query runs."""
+        try:
+            progress = self.query.lastProgress if self.query is not None else None
+        except Exception:  # the JVM may be gone (shutdown): no timings then
+            return None
+        return dict(progress["durationMs"]) if progress else None
+
+    def progress(self) -> float:
+        start = sum(o for parts in self.start_offsets.values() for o in parts.values())
+        total = sum(o for parts in self.target.values() for o in parts.values()) - start
+        if total <= 0:
+            return 1.0
+        done = 0
+        for t, parts in self.target.items():
+            for p, end in parts.items():
+                at = self.position.offsets.get(t, {}).get(p, self.start_offsets[t][p])
+                done += min(at, end) - self.start_offsets[t][p]
+        return round(max(0.0, min(1.0, done / total)), 4)
+
+
+def check_python_key(columns: list[str], schema: Any, key: tuple[str, ...]) -> None:
+    """Key columns of a Python view must name a column or a field of ``data``; when the
+    topic has no schema (no ``data``), fields are only known at run time."""
+    fields = set(schema["data"].dataType.names) if "data" in columns else None
+    for name in key:
+        field = name[5:] if name.startswith("data.") else name
+        if name in TOP_LEVEL or fields is None or field in fields:
+            continue
+        raise InvalidViewError(
+            f"key column {name!r} is neither a column of events nor a field of its data "
+            f"(fields: {sorted(fields)})"
+        )

@@ -1,0 +1,389 @@
+"""``ViewService``: the views of one node — definitions, their runners, reads and as-of.
+
+Durable: each definition lives in the metadata store under ``/views/{name}`` (as-of views
+under ``/views/{name}@{label}``) before its query starts; the state and the offsets it
+reflects live in the view's state store; Spark's checkpoint under
+``DATA_DIR/views/{name}/v{version}``. After a crash every view resumes from its checkpoint
+and store (a replayed batch is skipped). Spark starts on the first view, in a thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import shutil
+import time
+from pathlib import Path
+from typing import Any, TypeVar
+
+from magnetar.broker import Broker
+from magnetar.core.config import Settings
+from magnetar.core.names import TopicName
+from magnetar.meta import MetadataStore
+from magnetar.spark import planning
+from magnetar.spark.options import SparkSourceError, parse
+from magnetar.views import asof
+from magnetar.views.errors import InvalidViewError, ViewError, ViewNotFoundError
+from magnetar.views.model import Offsets, ViewDefinition, ViewState, check_name, key_text
+from magnetar.views.runner import RunOptions, ViewRunner
+from magnetar.views.session import spark_session
+from magnetar.views.status import describe, describe_virtual
+from magnetar.views.stores import StateStore, dataset_name, open_state_store
+from magnetar.views.stores.factory import resolve_store_url
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+PREFIX = "/views"
+
+
+class ViewService:
+    """Create, serve, rebuild and delete views; see the module docstring."""
+
+    def __init__(self, settings: Settings, meta: MetadataStore, broker: Broker | None) -> None:
+        self.settings = settings
+        self.meta = meta
+        self.broker = broker
+        self.url = ""
+        self.records: dict[str, dict[str, Any]] = {}
+        self.runners: dict[str, ViewRunner] = {}  # name → the version being served
+        self.pending: dict[str, ViewRunner] = {}  # name → a new version still backfilling
+        self._stores: dict[str, StateStore] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._lock = asyncio.Lock()
+
+    # -- lifecycle of the service ---------------------------------------------------------
+
+    async def start(self, url: str) -> None:
+        """Load every definition; views resume in the background (Spark starts lazily)."""
+        self.url, self._loop = url, asyncio.get_running_loop()
+        for name in await self.meta.list_children(PREFIX):
+            found = await self.meta.get(f"{PREFIX}/{name}")
+            if found is not None:
+                self.records[name] = json.loads(found.value)
+        if any(not r.get("virtual") for r in self.records.values()):
+            self._spawn(self._resume_all())
+
+    async def aclose(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        runners = [*self.runners.values(), *self.pending.values()]
+        await asyncio.gather(*(asyncio.to_thread(r.stop) for r in runners))
+        for store in self._stores.values():
+            store.close()
+        self._stores.clear()
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _resume_all(self) -> None:
+        """Build every runner first (so statuses show stored positions at once), then start
+        their queries one by one; one broken view does not keep the others down."""
+        launch: list[ViewRunner] = []
+        for name, record in sorted(self.records.items()):
+            if not record.get("virtual"):
+                try:
+                    launch += await self._resume(name, record)
+                except Exception:
+                    log.exception("view %s could not resume", name)
+        for runner in launch:
+            try:
+                await self._launch(runner)
+            except Exception:
+                log.exception("view %s could not resume", runner.dataset)
+
+    async def _resume(self, name: str, record: dict[str, Any]) -> list[ViewRunner]:
+        runner = await self._runner(name, record)
+        self.runners[name] = runner
+        launch = []
+        if record.get("failed"):
+            runner.state, runner.error = ViewState.FAILED, record["failed"]["error"]
+            runner.failed_at = record["failed"].get("at")
+        else:
+            launch.append(runner)
+        if record.get("pending"):
+            self.pending[name] = await self._runner(name, record["pending"])
+            launch.append(self.pending[name])
+        return launch
+
+    # -- runners ---------------------------------------------------------------------------
+
+    async def _runner(self, name: str, version_record: dict[str, Any]) -> ViewRunner:
+        definition = ViewDefinition.parse(name, version_record["definition"])
+        version = int(version_record["version"])
+        store = await self._store(definition.store)
+        return ViewRunner(
+            definition,
+            version,
+            dataset_name(name, version),
+            store,
+            self._checkpoint(name, version),
+            version_record["bootstrap"],
+            self._changed,
+        )
+
+    def _checkpoint(self, name: str, version: int) -> Path:
+        return (self.settings.data_dir / "views" / name / f"v{version}").resolve()
+
+    async def _store(self, url: str) -> StateStore:
+        resolved = resolve_store_url(url, self.settings.data_dir)
+        if resolved not in self._stores:
+            self._stores[resolved] = await asyncio.to_thread(open_state_store, resolved)
+        return self._stores[resolved]
+
+    def _options(self) -> RunOptions:
+        s = self.settings
+        return RunOptions(self.url, s.views_max_batch_events, s.views_trigger_ms)
+
+    def _spark(self) -> Any:
+        s = self.settings
+        conf = {"spark.driver.memory": s.spark_driver_memory}
+        return spark_session(s.spark_master, conf)
+
+    async def _launch(self, runner: ViewRunner) -> None:
+        """Validate and start ``runner``'s query (Spark work in a thread)."""
+        await asyncio.to_thread(self._start_prepared, runner)
+
+    def _changed(self, runner: ViewRunner) -> None:
+        """Called from Spark's threads when a runner changes state."""
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(lambda: self._spawn(self._on_change(runner)))
+
+    async def _on_change(self, runner: ViewRunner) -> None:
+        name = runner.definition.name
+        async with self._lock:
+            record = self.records.get(name)
+            if record is None:
+                return
+            if runner.state == ViewState.FAILED:
+                failed = {"error": runner.error, "at": runner.failed_at}
+                target = record["pending"] if self.pending.get(name) is runner else record
+                target["failed"] = failed
+                await self._save(name, record)
+            elif runner.state == ViewState.LIVE and self.pending.get(name) is runner:
+                await self._swap(name, record, runner)
+
+    async def _swap(self, name: str, record: dict[str, Any], new: ViewRunner) -> None:
+        """The new version caught up: serve it, then retire the old one (atomic for readers:
+        the stable name in the store is re-pointed in one step)."""
+        old = self.runners.get(name)
+        pending = record.pop("pending")
+        record.update(pending)
+        record.pop("failed", None)
+        await self._save(name, record)
+        await asyncio.to_thread(new.store.alias, name, new.dataset)
+        self.runners[name] = new
+        del self.pending[name]
+        if old is not None:
+            await self._retire(old)
+
+    async def _retire(self, runner: ViewRunner) -> None:
+        await asyncio.to_thread(runner.stop)
+        await asyncio.to_thread(runner.store.drop, runner.dataset)
+        await asyncio.to_thread(shutil.rmtree, runner.checkpoint, True)
+
+    async def _save(self, name: str, record: dict[str, Any]) -> None:
+        self.records[name] = record
+        await self.meta.put(f"{PREFIX}/{name}", json.dumps(record, sort_keys=True).encode())
+
+    # -- the API ---------------------------------------------------------------------------
+
+    async def put(self, name: str, body: Any) -> tuple[dict[str, Any], bool]:
+        """Create a view, or build a new version of it; returns (status, created)."""
+        definition = ViewDefinition.parse(name, body)
+        async with self._lock:
+            record = self.records.get(name)
+            if record is not None and record.get("virtual"):
+                raise InvalidViewError(f"{name} is an as-of view: it cannot be redefined")
+            if record is None:
+                await self._create(definition, version=1)
+                return await self.status(name), True
+            same = record["definition"] == definition.to_json()
+            if same and name in self.pending:
+                return await self.status(name), False
+            if same and record.get("failed") is None:
+                return await self.status(name), False
+            if same:
+                await self._retry(name, record)
+            else:
+                await self._create(definition, version=self._next_version(record))
+        return await self.status(name), False
+
+    def _next_version(self, record: dict[str, Any]) -> int:
+        pending = record.get("pending") or {}
+        return int(max(record["version"], pending.get("version", 0))) + 1
+
+    async def _create(self, definition: ViewDefinition, *, version: int) -> None:
+        name = definition.name
+        version_record = {
+            "definition": definition.to_json(),
+            "version": version,
+            "bootstrap": await asyncio.to_thread(self._bootstrap_offsets, definition),
+            "createdMs": int(time.time() * 1000),
+        }
+        runner = await self._runner(name, version_record)
+        await asyncio.to_thread(lambda: runner.prepare(self._spark(), self._options()))
+        record = self.records.get(name)
+        if record is None:
+            record, self.runners[name] = dict(version_record), runner
+        else:
+            old = self.pending.pop(name, None)
+            record["pending"], self.pending[name] = version_record, runner
+            if old is not None:
+                await self._retire(old)
+        await self._save(name, record)
+        await self._launch(runner)
+
+    def _start_prepared(self, runner: ViewRunner) -> None:
+        runner.start(runner.prepare(self._spark(), self._options()), self._options())
+        if self.runners.get(runner.definition.name) is runner:
+            runner.store.alias(runner.definition.name, runner.dataset)
+
+    async def _retry(self, name: str, record: dict[str, Any]) -> None:
+        """A FAILED view with the same definition: resume it from its last commit."""
+        record.pop("failed", None)
+        await self._save(name, record)
+        runner = await self._runner(name, record)
+        self.runners[name] = runner
+        await self._launch(runner)
+
+    def _bootstrap_offsets(self, definition: ViewDefinition) -> dict[str, Offsets]:
+        """Earliest and latest offsets now: the backfill runs from one to the other."""
+        try:
+            opts = parse({"url": self.url, "topics": ",".join(definition.source)}, streaming=False)
+            plans = planning.fetch_plans(opts)
+        except SparkSourceError as e:
+            raise InvalidViewError(f"bad source: {e}") from None
+        return {
+            "start": planning.bounds(plans, "earliest", end=False),
+            "target": planning.bounds(plans, "latest", end=True),
+        }
+
+    async def names(self) -> list[str]:
+        return sorted(self.records)
+
+    async def status(self, name: str) -> dict[str, Any]:
+        record = self._record(name)
+        if record.get("virtual"):
+            store = await self._store(record["definition"].get("store", "sqlite"))
+            return await asyncio.to_thread(describe_virtual, name, record, store)
+        runner = self.runners.get(name)
+        ends = await self._end_offsets(record["definition"]["source"])
+        return describe(name, record, runner, self.pending.get(name), ends)
+
+    def _record(self, name: str) -> dict[str, Any]:
+        record = self.records.get(name)
+        if record is None:
+            raise ViewNotFoundError(f"no view named {name!r}")
+        return record
+
+    async def _end_offsets(self, topics: list[str]) -> Offsets | None:
+        if self.broker is None:
+            return None
+        out: Offsets = {}
+        for topic in topics:
+            name = TopicName.parse(topic)
+            count = await self.broker.partitions(name)
+            parts = [(i, name.partition_name(i)) for i in range(count)] if count else [(0, name)]
+            out[topic] = {}
+            for index, part in parts:
+                if await self.broker.topic_exists(part):
+                    found = await self.broker.get_topic(part)
+                    out[topic][str(index)] = found.ledger.end_offset
+        return out
+
+    async def rows(self, name: str, query: dict[str, str], limit: int) -> list[dict[str, Any]]:
+        """Rows by key (every key column given in ``query``) or the first ``limit``."""
+        record = self._record(name)
+        definition = record["definition"]
+        store = await self._store(definition.get("store", "sqlite"))
+        dataset = record["dataset"] if record.get("virtual") else None
+        dataset = dataset or dataset_name(name, int(record["version"]))
+        key = definition["key"]
+        given = [k for k in key if k in query]
+        if given and len(given) != len(key):
+            raise InvalidViewError(f"give every key column {key} or none (got {given})")
+        if given:
+            found = await asyncio.to_thread(
+                store.get, dataset, key_text([_typed(query[k]) for k in key])
+            )
+            return [found] if found is not None else []
+        return await asyncio.to_thread(store.scan, dataset, limit)
+
+    async def delete(self, name: str) -> None:
+        """Stop the view, drop its datasets, checkpoints and as-of views, then forget it."""
+        async with self._lock:
+            self._record(name)
+            for runner in (self.runners.pop(name, None), self.pending.pop(name, None)):
+                if runner is not None:
+                    await self._retire(runner)
+            base = name.split("@")[0]
+            for other in [n for n in self.records if n == name or n.startswith(f"{name}@")]:
+                await self._forget(other)
+            if "@" not in name:
+                store = await self._store(self.records.get(base, {}).get("store", "sqlite"))
+                await asyncio.to_thread(store.drop_alias, name)
+                await asyncio.to_thread(
+                    shutil.rmtree, self.settings.data_dir / "views" / name, True
+                )
+
+    async def _forget(self, name: str) -> None:
+        record = self.records.pop(name)
+        if record.get("virtual"):
+            store = await self._store(record["definition"].get("store", "sqlite"))
+            await asyncio.to_thread(store.drop, record["dataset"])
+        await self.meta.delete(f"{PREFIX}/{name}")
+
+    async def as_of(self, name: str, body: Any) -> dict[str, Any]:
+        """Materialize ``name`` at a past point as the read-only view ``name@label``."""
+        check_name(name)
+        if not isinstance(body, dict):
+            raise InvalidViewError('as-of needs {"timestamp": ms} or {"offsets": {...}}')
+        record = self._record(name)
+        if record.get("virtual"):
+            raise InvalidViewError(f"{name} is an as-of view already")
+        timestamp, offsets = body.get("timestamp"), body.get("offsets")
+        point = asof.point_options(timestamp, offsets)
+        label = asof.check_label(body.get("label") or asof.default_label(timestamp, offsets))
+        definition = ViewDefinition.parse(name, record["definition"])
+        store = await self._store(definition.store)
+        dataset = dataset_name(name, label=label)
+        rows = await asyncio.to_thread(self._materialize, definition, point, store, dataset)
+        virtual = {
+            "virtual": True,
+            "of": name,
+            "definition": definition.to_json(),
+            "dataset": dataset,
+            "at": {"timestamp": timestamp} if timestamp is not None else {"offsets": offsets},
+            "rows": rows,
+            "createdMs": int(time.time() * 1000),
+        }
+        async with self._lock:
+            await self._save(f"{name}@{label}", virtual)
+        return await self.status(f"{name}@{label}")
+
+    def _materialize(
+        self, definition: ViewDefinition, point: dict[str, str], store: StateStore, dataset: str
+    ) -> int:
+        try:
+            rows = asof.rows_at(self._spark(), definition, self.url, point)
+        except ViewError:
+            raise
+        except Exception as e:
+            raise InvalidViewError(f"cannot rebuild {definition.name} at that point: {e}") from None
+        upserts = {key_text([r[k] for k in definition.key]): r for r in rows}
+        store.drop(dataset)
+        store.commit(dataset, 0, {}, upserts)
+        return len(upserts)
+
+
+def _typed(text: str) -> Any:
+    """A key value from a query string: a JSON number or boolean when it parses as one."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    return value if isinstance(value, int | float | bool) and not isinstance(value, str) else text

@@ -1,0 +1,73 @@
+"""The Spark side of views: one shared SparkSession, started lazily, and SQL binding.
+
+Spark is heavy (a JVM, ~15 s to start), so nothing here runs at import: the standalone
+starts Spark on its first view, in a worker thread, never on the event loop. Every view
+shares the session; a view's SQL sees its own events as the table ``events`` because the
+binding (temp view + analysis) happens under :data:`BIND_LOCK`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from magnetar.views.errors import InvalidViewError
+
+BIND_LOCK = threading.Lock()
+_START_LOCK = threading.Lock()
+_session: Any = None
+
+
+def spark_session(master: str, conf: Mapping[str, str] | None = None) -> Any:
+    """The process's SparkSession, created on first use with ``master`` and ``conf``."""
+    global _session
+    with _START_LOCK:
+        if _session is None or _session.sparkContext._jsc is None:
+            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+            try:
+                from pyspark.sql import SparkSession
+            except ImportError:
+                raise InvalidViewError(
+                    "views need pyspark: pip install 'magnetar[spark]'"
+                ) from None
+            builder = SparkSession.builder.master(master).appName("magnetar-views")
+            settings = {
+                "spark.ui.enabled": "false",
+                "spark.sql.shuffle.partitions": "2",
+                "spark.sql.streaming.noDataMicroBatches.enabled": "false",
+                "spark.sql.streaming.stateStore.stateSchemaCheck": "false",
+                **(conf or {}),
+            }
+            for k, v in settings.items():
+                builder = builder.config(k, v)
+            _session = builder.getOrCreate()
+            _session.sparkContext.setLogLevel("ERROR")
+        return _session
+
+
+def source_reader(spark: Any, url: str, topics: Sequence[str], *, streaming: bool) -> Any:
+    reader = spark.readStream if streaming else spark.read
+    return reader.format("magnetar").option("url", url).option("topics", ",".join(topics))
+
+
+def bind_sql(spark: Any, events: Any, sql: str) -> Any:
+    """``sql`` analysed with ``events`` as the table ``events``; InvalidViewError if Spark
+    refuses it (the message is Spark's)."""
+    with BIND_LOCK:
+        events.createOrReplaceTempView("events")
+        try:
+            return spark.sql(sql)
+        except Exception as e:  # ParseException, AnalysisException, ...: all bad SQL
+            raise InvalidViewError(f"invalid SQL: {first_line(e)}") from None
+        finally:
+            spark.catalog.dropTempView("events")
+
+
+def first_line(error: BaseException) -> str:
+    """The useful part of a Spark exception (its first line, without the JVM stack)."""
+    text = str(error).strip() or type(error).__name__
+    return text.splitlines()[0][:2000]

@@ -1,0 +1,74 @@
+"""What ``GET /views/{name}`` answers: state, progress, lag, offsets, version, error."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from magnetar.views.model import Offsets, ViewState
+from magnetar.views.runner import ViewRunner
+from magnetar.views.stores.base import StateStore
+
+
+def describe(
+    name: str,
+    record: dict[str, Any],
+    runner: ViewRunner | None,
+    pending: ViewRunner | None,
+    ends: Offsets | None,
+) -> dict[str, Any]:
+    out = _version(record, runner, ends)
+    out["name"] = name
+    if record.get("pending"):
+        out["pending"] = _version(record["pending"], pending, ends)
+    return out
+
+
+def _version(record: dict[str, Any], runner: ViewRunner | None, ends: Offsets | None) -> Any:
+    failed = record.get("failed")
+    state = runner.state if runner is not None else ViewState.CREATED
+    if failed and state != ViewState.FAILED:
+        state = ViewState.FAILED
+    position = runner.position if runner is not None else None
+    out: dict[str, Any] = {
+        "version": record["version"],
+        "definition": record["definition"],
+        "state": state.value,
+        "progress": runner.progress() if runner is not None else 0.0,
+        "offsets": position.offsets if position else {},
+        "batchId": position.batch_id if position else -1,
+        "highWaterMark": record["bootstrap"]["target"],
+        "error": (runner.error if runner and runner.error else None) or (failed or {}).get("error"),
+        "failedAt": (runner.failed_at if runner and runner.failed_at else None)
+        or (failed or {}).get("at"),
+    }
+    if runner is not None:
+        out["dataset"], out["lastBatchMs"] = runner.dataset, runner.last_batch()
+    if ends is not None and position is not None:
+        out["lag"] = lag(position.offsets, record["bootstrap"]["start"], ends, position)
+    return out
+
+
+def lag(at: Offsets, start: Offsets, ends: Offsets, position: Any) -> dict[str, int]:
+    """Messages not yet applied, and how long ago the view last committed when behind."""
+    behind = 0
+    for topic, parts in ends.items():
+        for p, end in parts.items():
+            done = at.get(topic, {}).get(p, start.get(topic, {}).get(p, 0))
+            behind += max(0, end - done)
+    since = int(time.time() * 1000) - position.committed_ms if position.committed_ms else 0
+    return {"messages": behind, "ms": since if behind else 0}
+
+
+def describe_virtual(name: str, record: dict[str, Any], store: StateStore) -> dict[str, Any]:
+    return {
+        "name": name,
+        "state": ViewState.VIRTUAL.value,
+        "of": record["of"],
+        "at": record["at"],
+        "definition": record["definition"],
+        "rows": store.count(record["dataset"]),
+        "dataset": record["dataset"],
+        "version": None,
+        "error": None,
+    }
