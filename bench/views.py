@@ -141,7 +141,9 @@ def baseline(url: str, n: int) -> float:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     workdir, _fs = make_workdir(args.dir, "magnetar-bench-views-")
     extra = ["--spark-master", "local[*]", "--offload-deletion-lag-ms", "0"]
-    extra += ["--segment-max-bytes", str(32 * 1024 * 1024), "--offload-check-interval", "1"]
+    # Small segments: all but the open one get offloaded ("mostly offloaded", as specified).
+    extra += ["--segment-max-bytes", str(args.segment_mb * 1024 * 1024)]
+    extra += ["--offload-check-interval", "1"]
     extra += ["--spark-driver-memory", "4g"]
     with StandaloneProcess(workdir / "node", extra_args=extra) as server:
         client = pulsar.Client(server.pulsar_url)
@@ -201,6 +203,7 @@ def main() -> None:
     parser.add_argument("--users", type=int, default=10_000)
     parser.add_argument("--samples", type=int, default=50)
     parser.add_argument("--dir", type=Path, default=None)
+    parser.add_argument("--segment-mb", type=int, default=4, help="segment size in MiB")
     args = parser.parse_args()
     result = run(args)
     print(report(result))
