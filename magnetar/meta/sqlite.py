@@ -27,7 +27,7 @@ from magnetar.core.clock import SYSTEM_CLOCK, Clock
 from magnetar.core.errors import ClosedError
 from magnetar.meta.base import MetadataStore, Notification, Op, Stat, Versioned, Watcher
 from magnetar.meta.errors import MetadataError
-from magnetar.meta.memory import (
+from magnetar.meta.rules import (
     WatchRegistry,
     check_op,
     check_prefix,
