@@ -89,3 +89,23 @@ def test_pulsar_client_to_confluent_kafka(
     assert [m.timestamp()[1] for m in got] == [ts for _, _, ts in sent]
     assert [m.offset() for m in got] == list(range(N))
     assert all(m.headers() == [("origin", b"pulsar")] for m in got)
+
+
+def test_pulsar_reader_sees_the_end_of_a_kafka_written_topic(
+    standalone: StandaloneProcess, bootstrap: str, topic: str
+) -> None:
+    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for i in range(5):
+        producer.produce(topic, value=b"v%d" % i)
+    assert producer.flush(30) == 0
+    client = _pulsar_client(standalone)
+    try:
+        reader = client.create_reader(
+            f"persistent://public/default/{topic}", pulsar.MessageId.earliest
+        )
+        got = []
+        while reader.has_message_available():  # GET_LAST_MESSAGE_ID on a Kafka entry
+            got.append(reader.read_next(10_000).data())
+    finally:
+        client.close()
+    assert got == [b"v%d" % i for i in range(5)]

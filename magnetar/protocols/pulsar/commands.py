@@ -351,8 +351,11 @@ class Commands:
         mid = MessageId(ledger.segments()[-1].segment_id, -1, -1, handle.partition)
         if ledger.end_offset > ledger.start_offset:
             [entry] = (await ledger.read(ledger.end_offset - 1, max_entries=1))[:1]
-            metadata = entry_format.metadata_of(entry.payload)
-            batch_index = entry.count - 1 if metadata.HasField("num_messages_in_batch") else -1
+            batched = True  # entries of other protocols reach Pulsar consumers as batches
+            if entry.format == PULSAR:
+                metadata = entry_format.metadata_of(entry.payload)
+                batched = metadata.HasField("num_messages_in_batch")
+            batch_index = entry.count - 1 if batched else -1
             eid = ledger.message_id(entry)
             mid = MessageId(eid.ledger_id, eid.entry_id, batch_index, handle.partition)
         self.conn.write(responses.get_last_message_id_response(cmd.request_id, mid))
