@@ -248,7 +248,7 @@ class TopicAdmin:
                 f"subscription {sub!r} has {len(found.consumers)} connected consumer(s); "
                 "close them or pass force=true"
             )
-        await self.disconnect(found)
+        found.disconnect_all()
         await topic.unsubscribe(sub)
 
     async def skip(self, name: TopicName, sub: str, count: int) -> None:
@@ -277,16 +277,8 @@ class TopicAdmin:
     async def reset_cursor(self, name: TopicName, sub: str, timestamp: int) -> int:
         _, found = await self.subscription(name, sub)
         offset = await found.ledger.find_offset(timestamp)
-        await found.seek(offset)
-        await self.disconnect(found)
+        await found.reset(offset)
         return offset
-
-    @staticmethod
-    async def disconnect(sub: Subscription) -> None:
-        """Close every consumer of ``sub`` (clients reconnect at the new position)."""
-        for consumer in list(sub.consumers):
-            consumer.sink.closed_by_broker(consumer)
-            sub.remove_consumer(consumer)
 
     @staticmethod
     async def _persist(sub: Subscription) -> None:

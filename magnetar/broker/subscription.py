@@ -234,6 +234,18 @@ class Subscription:
             if self._seeking is done:
                 self._seeking = None
 
+    def disconnect_all(self) -> None:
+        """Close every consumer (their clients subscribe again and start at the cursor)."""
+        for consumer in list(self.consumers):
+            self.remove_consumer(consumer)
+            consumer.sink.closed_by_broker(consumer)
+
+    async def reset(self, offset: int) -> None:
+        """Seek as Pulsar does: close the consumers first, then move the cursor, so no
+        consumer is handed messages from the old position after the reset; durable on return."""
+        self.disconnect_all()
+        await self.seek(offset)
+
     async def settled(self) -> None:
         """Return once no seek is being persisted."""
         while self._seeking is not None:

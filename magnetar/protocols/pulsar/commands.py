@@ -329,14 +329,10 @@ class Commands:
             offset = await ledger.find_offset(cmd.message_publish_time)
         else:
             offset = _start_offset(ledger, from_wire(cmd.message_id))
-        # As Pulsar does: close the subscription's consumers first, reset, then answer. The
-        # client completes its seek only once it has subscribed again, and only then does it
-        # take the seek position as its start (an answer before the close would make it
-        # restart after the last message it had read instead).
-        for consumer in list(sub.consumers):
-            sub.remove_consumer(consumer)
-            consumer.sink.closed_by_broker(consumer)
-        await sub.seek(offset)
+        # Answer only after the reset closed the consumers: the client completes its seek
+        # once it has subscribed again and only then takes the seek position as its start
+        # (an answer before the close makes it restart after the last message it had read).
+        await sub.reset(offset)
         self.conn.write(responses.success(cmd.request_id))
 
     async def _on_get_last_message_id(self, frame: Frame) -> None:
