@@ -134,12 +134,17 @@ class ManagedLedger:
 
     def stored_offset(self, mid: MessageId) -> int | None:
         """The base offset of the stored entry ``mid`` names, or None when no such entry
-        exists (an unknown segment, or an entry id past its segment's end)."""
-        for seg in self.segments():
-            if seg.segment_id == mid.ledger_id:
-                offset = seg.first_offset + mid.entry_id
-                return offset if mid.entry_id >= 0 and offset < seg.end_offset else None
-        return None
+        exists (an unknown segment, or an entry id past its segment's end). Called per acked
+        id, so it answers from the cached segment map instead of copying the segment list."""
+        if mid.ledger_id not in self._firsts:
+            self._refresh()
+        first = self._firsts.get(mid.ledger_id)
+        if first is None or mid.entry_id < 0:
+            return None
+        offset = first + mid.entry_id
+        i = bisect.bisect_right(self._ids, mid.ledger_id)
+        end = self._firsts[self._ids[i]] if i < len(self._ids) else self.end_offset
+        return offset if self.start_offset <= offset < end else None
 
     def segment_first_offsets(self) -> dict[int, int]:
         self._refresh()
