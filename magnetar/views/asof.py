@@ -14,7 +14,7 @@ from typing import Any
 
 from magnetar.views.errors import InvalidViewError
 from magnetar.views.model import LABEL, ViewDefinition
-from magnetar.views.session import bind_sql, source_reader
+from magnetar.views.session import bind_view_sql, source_reader
 from magnetar.views.transform import events_of, fold, load_function
 
 
@@ -48,7 +48,7 @@ def frame_at(spark: Any, definition: ViewDefinition, url: str, point: dict[str, 
     """The view's state at ``point`` as a Spark DataFrame."""
     if definition.sql is not None:
         reader = source_reader(spark, url, definition.source, streaming=False)
-        return bind_sql(spark, reader.options(**point).load(), definition.sql)
+        return bind_view_sql(spark, reader.options(**point), definition.sql)[0]
     rows = rows_at(spark, definition, url, point)
     if not rows:
         return spark.createDataFrame([], schema=", ".join(f"`{k}` string" for k in definition.key))
@@ -59,10 +59,11 @@ def rows_at(
     spark: Any, definition: ViewDefinition, url: str, point: dict[str, str]
 ) -> list[dict[str, Any]]:
     """The view's rows at ``point`` (SQL: the query's result; Python: a fold from empty)."""
-    reader = source_reader(spark, url, definition.source, streaming=False)
-    events = reader.options(**point).load()
+    reader = source_reader(spark, url, definition.source, streaming=False).options(**point)
     if definition.sql is not None:
-        return list(bind_sql(spark, events, definition.sql).toArrow().to_pylist())
+        frame = bind_view_sql(spark, reader, definition.sql)[0]
+        return list(frame.toArrow().to_pylist())
+    events = reader.load()
     assert definition.python is not None
     apply = load_function(definition.python)
     result = fold(events_of(events.toArrow()), definition.key, apply, lambda keys: {})

@@ -25,7 +25,7 @@ from typing import Any
 
 from magnetar.views.errors import InvalidViewError, TransformError, ViewError
 from magnetar.views.model import Offsets, Position, ViewDefinition, ViewState, key_text
-from magnetar.views.session import bind_sql, first_line, source_reader
+from magnetar.views.session import bind_view_sql, first_line, source_reader
 from magnetar.views.stores.base import StateStore
 from magnetar.views.transform import TOP_LEVEL, FoldResult, events_of, fold, load_function
 
@@ -80,6 +80,7 @@ class ViewRunner:
         self.position = store.position(dataset) or Position()
         self.query: Any = None
         self._frame: Any = None
+        self.columns: list[str] = []  # the source columns the query reads
         self._stopping = False
         self._lock = threading.Lock()
 
@@ -96,18 +97,19 @@ class ViewRunner:
     def _build(self, spark: Any, opts: RunOptions) -> Any:
         d = self.definition
         limit = opts.max_batch_events if d.sql else max(1, opts.max_batch_events // 10)
-        events = (
+        events_reader = (
             source_reader(spark, opts.url, d.source, streaming=True)
             .option("startingOffsets", "earliest")
             .option("maxOffsetsPerTrigger", str(limit))
-            .load()
         )
         if d.sql is None:
             assert d.python is not None
+            events = events_reader.load()
+            self.columns = list(events.columns)
             self._apply = load_function(d.python)
             check_python_key(events.columns, events.schema, d.key)
             return events
-        out = bind_sql(spark, events, d.sql)
+        out, self.columns = bind_view_sql(spark, events_reader, d.sql)
         missing = [k for k in d.key if k not in out.columns]
         if missing:
             raise InvalidViewError(

@@ -27,7 +27,7 @@ from magnetar.views import asof
 from magnetar.views.errors import InvalidViewError, ViewError, ViewNotFoundError
 from magnetar.views.model import Offsets, ViewDefinition, ViewState, check_name, key_text
 from magnetar.views.runner import RunOptions, ViewRunner
-from magnetar.views.session import spark_session
+from magnetar.views.session import first_line, spark_session
 from magnetar.views.status import describe, describe_virtual
 from magnetar.views.stores import StateStore, dataset_name, open_state_store
 from magnetar.views.stores.factory import resolve_store_url
@@ -49,6 +49,9 @@ class ViewService:
         self.runners: dict[str, ViewRunner] = {}  # name → the version being served
         self.pending: dict[str, ViewRunner] = {}  # name → a new version still backfilling
         self._stores: dict[str, StateStore] = {}
+        # name → why it could not resume at start (FAILED in status, not persisted: the
+        # next start tries again; PUT of the same definition retries now)
+        self.resume_errors: dict[str, str] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._lock = asyncio.Lock()
@@ -87,13 +90,20 @@ class ViewService:
             if not record.get("virtual"):
                 try:
                     launch += await self._resume(name, record)
-                except Exception:
-                    log.exception("view %s could not resume", name)
+                except Exception as e:
+                    self._resume_failed(name, e)
         for runner in launch:
             try:
                 await self._launch(runner)
-            except Exception:
-                log.exception("view %s could not resume", runner.dataset)
+            except Exception as e:
+                self._resume_failed(runner.definition.name, e)
+
+    def _resume_failed(self, name: str, error: Exception) -> None:
+        log.error("view %s could not resume: %s", name, error, exc_info=error)
+        self.resume_errors[name] = (
+            f"could not resume after the restart: {first_line(error)} "
+            "(PUT the same definition again to retry)"
+        )
 
     async def _resume(self, name: str, record: dict[str, Any]) -> list[ViewRunner]:
         runner = await self._runner(name, record)
@@ -177,6 +187,7 @@ class ViewService:
         await asyncio.to_thread(new.store.alias, name, new.dataset)
         self.runners[name] = new
         del self.pending[name]
+        self.resume_errors.pop(name, None)
         if old is not None:
             await self._retire(old)
 
@@ -202,6 +213,13 @@ class ViewService:
                 await self._create(definition, version=1)
                 return await self.status(name), True
             same = record["definition"] == definition.to_json()
+            if same and self.resume_errors.pop(name, None) is not None:
+                try:
+                    await self._retry(name, record)
+                except Exception as e:
+                    self._resume_failed(name, e)
+                    raise
+                return await self.status(name), False
             if same and name in self.pending:
                 return await self.status(name), False
             if same and record.get("failed") is None:
@@ -272,7 +290,10 @@ class ViewService:
             return await asyncio.to_thread(describe_virtual, name, record, store)
         runner = self.runners.get(name)
         ends = await self._end_offsets(record["definition"]["source"])
-        return describe(name, record, runner, self.pending.get(name), ends)
+        out = describe(name, record, runner, self.pending.get(name), ends)
+        if name in self.resume_errors:
+            out["state"], out["error"] = ViewState.FAILED.value, self.resume_errors[name]
+        return out
 
     def _record(self, name: str) -> dict[str, Any]:
         record = self.records.get(name)
@@ -317,6 +338,7 @@ class ViewService:
         """Stop the view, drop its datasets, checkpoints and as-of views, then forget it."""
         async with self._lock:
             self._record(name)
+            self.resume_errors.pop(name, None)
             for runner in (self.runners.pop(name, None), self.pending.pop(name, None)):
                 if runner is not None:
                     await self._retire(runner)

@@ -67,6 +67,50 @@ def bind_sql(spark: Any, events: Any, sql: str) -> Any:
             spark.catalog.dropTempView("events")
 
 
+def bind_view_sql(spark: Any, reader: Any, sql: str) -> tuple[Any, list[str]]:
+    """``sql`` over the events ``reader`` loads, reading only the columns it uses; returns
+    the bound frame and those columns."""
+    events = reader.load()
+    out = bind_sql(spark, events, sql)
+    used = used_columns(out)
+    if used is None or len(used) == len(events.columns):
+        return out, list(events.columns)
+    # "SELECT key, count(*) ... GROUP BY key" ships one column, not ten (and ``data``, a
+    # JSON decode per event, is only built when the SQL reads it).
+    from pyspark.sql.types import StructType
+
+    keep = [f for f in events.schema.fields if f.name in (used or ["offset"])]
+    narrow = reader.schema(StructType(keep)).load()
+    return bind_sql(spark, narrow, sql), list(narrow.columns)
+
+
+def used_columns(frame: Any) -> list[str] | None:
+    """The source columns ``frame``'s analysed plan reads, in source order; None when the
+    plan holds something other than one source relation (then every column is kept).
+
+    Python data sources get no column pruning from Spark, so a view narrows its source to
+    these (``.schema(...)``): a column never read is never built nor shipped to the JVM.
+    """
+    plan = frame._jdf.queryExecution().analyzed()
+    referenced: set[int] = set()
+    leaves: list[Any] = []
+    pending = [plan]
+    while pending:
+        node = pending.pop()
+        children = node.children()
+        if children.size() == 0:
+            leaves.append(node)
+        refs = node.references().iterator()
+        while refs.hasNext():
+            referenced.add(refs.next().exprId().id())
+        pending.extend(children.apply(i) for i in range(children.size()))
+    if len(leaves) != 1:
+        return None
+    output = leaves[0].output()
+    attrs = [output.apply(i) for i in range(output.size())]
+    return [a.name() for a in attrs if a.exprId().id() in referenced]
+
+
 def first_line(error: BaseException) -> str:
     """The useful part of a Spark exception (its first line, without the JVM stack)."""
     text = str(error).strip() or type(error).__name__

@@ -120,7 +120,8 @@ def test_order_sensitive_python_view_equals_the_reference(world: World, kind: st
 
 
 def test_sql_view_equals_the_reference_and_serves_by_key(world: World) -> None:
-    caught_up(world, "counts")
+    status = caught_up(world, "counts")
+    assert status["sourceColumns"] == ["data"], "the query reads only the column it uses"
     assert h.rows_by(world.rest, "counts", "user") == h.counts(world.all)
     one = world.rest.call("GET", "/views/counts/rows?user=u3")["rows"]
     assert one == [h.counts(world.all)["u3"]]
