@@ -80,6 +80,8 @@ class ViewRunner:
         self.position = store.position(dataset) or Position()
         self.query: Any = None
         self._frame: Any = None
+        self._tracker: Any = None  # Spark's status tracker: progress inside a batch
+        self._share = (-1, 0.0)  # (batch id, share of its read tasks done)
         self.columns: list[str] = []  # the source columns the query reads
         self._stopping = False
         self._lock = threading.Lock()
@@ -92,6 +94,7 @@ class ViewRunner:
         if self._frame is not None:
             return self._frame
         self._frame = self._build(spark, opts)
+        self._tracker = spark.sparkContext.statusTracker()
         return self._frame
 
     def _build(self, spark: Any, opts: RunOptions) -> Any:
@@ -232,16 +235,47 @@ class ViewRunner:
         return dict(progress["durationMs"]) if progress else None
 
     def progress(self) -> float:
+        """The share of the history (start → high-water mark at creation) applied, counting
+        the batch Spark runs now by the share of its read tasks done."""
         start = sum(o for parts in self.start_offsets.values() for o in parts.values())
         total = sum(o for parts in self.target.values() for o in parts.values()) - start
         if total <= 0:
             return 1.0
-        done = 0
+        position = self.position
+        running = self._running() if self.state == ViewState.BOOTSTRAPPING else None
+        done = 0.0
         for t, parts in self.target.items():
             for p, end in parts.items():
-                at = self.position.offsets.get(t, {}).get(p, self.start_offsets[t][p])
-                done += min(at, end) - self.start_offsets[t][p]
+                first = self.start_offsets[t][p]
+                at = min(position.offsets.get(t, {}).get(p, first), end)
+                done += at - first
+                if running is not None:
+                    ahead = min(running[0].get(t, {}).get(p, at), end)
+                    done += running[1] * max(0, ahead - at)
         return round(max(0.0, min(1.0, done / total)), 4)
+
+    def _running(self) -> tuple[Offsets, float] | None:
+        """The batch being computed: the end offsets Spark planned for it and the share of
+        its read tasks finished (from the query's jobs in Spark's status tracker; the
+        highest share seen for the batch, as later jobs of a batch start from zero)."""
+        query, tracker = self.query, self._tracker
+        if query is None or tracker is None:
+            return None
+        batch = self.position.batch_id + 1
+        try:
+            ends = offsets_of_batch(self.checkpoint, batch)
+            active = set(tracker.getActiveJobsIds())
+            jobs = [j for j in tracker.getJobIdsForGroup(str(query.runId)) if j in active]
+            job = tracker.getJobInfo(max(jobs)) if jobs else None
+            stage = tracker.getStageInfo(min(job.stageIds)) if job and job.stageIds else None
+        except Exception:  # not planned yet, or the JVM is going away: no in-flight share
+            return None
+        share = stage.numCompletedTasks / stage.numTasks if stage and stage.numTasks > 0 else 0.0
+        seen_batch, seen = self._share
+        if seen_batch == batch:
+            share = max(share, seen)
+        self._share = (batch, share)
+        return ends, share
 
 
 def check_python_key(columns: list[str], schema: Any, key: tuple[str, ...]) -> None:
