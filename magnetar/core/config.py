@@ -77,7 +77,9 @@ class Settings:
     offload_deletion_lag_ms: int = 4 * 3600 * 1000  # when a namespace sets none (Pulsar: 4 h)
     spark_master: str = "local[*]"  # Spark for views; started on the first view, not at boot
     spark_driver_memory: str = "2g"
-    views_max_batch_events: int = 1_000_000  # per micro-batch of a SQL view (Python: 1/10)
+    # most events per micro-batch of a SQL view (a Python view folds a tenth, at most 100k, in
+    # the server's memory); large, as each batch has a fixed cost (~0.3 s: planning, checkpoint)
+    views_max_batch_events: int = 5_000_000
     views_trigger_ms: int = 100  # micro-batch interval of a view's query; 0 = back to back
 
     @property

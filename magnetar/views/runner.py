@@ -47,6 +47,12 @@ def offsets_of_batch(checkpoint: Path, batch_id: int) -> Offsets:
     return parsed
 
 
+def python_batch_limit(max_batch_events: int) -> int:
+    """Events per micro-batch of a Python view: its batch is folded in the server's memory
+    (a dict per event), so a tenth of a SQL view's, at most 100k."""
+    return max(1, min(max_batch_events // 10, 100_000))
+
+
 def reached(position: Offsets, target: Offsets) -> bool:
     return all(
         position.get(t, {}).get(p, 0) >= o for t, parts in target.items() for p, o in parts.items()
@@ -99,7 +105,7 @@ class ViewRunner:
 
     def _build(self, spark: Any, opts: RunOptions) -> Any:
         d = self.definition
-        limit = opts.max_batch_events if d.sql else max(1, opts.max_batch_events // 10)
+        limit = opts.max_batch_events if d.sql else python_batch_limit(opts.max_batch_events)
         events_reader = (
             source_reader(spark, opts.url, d.source, streaming=True)
             .option("startingOffsets", "earliest")
