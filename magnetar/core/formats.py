@@ -3,8 +3,8 @@
 An entry is a producer's batch as received (DESIGN.md decision 2); its ``format`` byte says
 which protocol wrote it. Protocol handlers register an :class:`EntryFormat` for the formats
 they write; the broker asks it for dispatch keys and sequence ids, the offloader for the
-individual messages (one Parquet row each), and readers of offloaded data to rebuild an
-equivalent entry from those rows.
+individual messages (one Parquet row each, or a column per field: :class:`MessageColumns`),
+and readers of offloaded data to rebuild an equivalent entry from those rows.
 """
 
 from __future__ import annotations
@@ -42,6 +42,66 @@ class MessageRow:
     batch_size: int = -1
 
 
+@dataclass(slots=True)
+class MessageColumns:
+    """The messages of an entry, one list per field: what a list of :class:`MessageRow` holds,
+    column by column, with None where a message has no such field (as Parquet stores it).
+
+    Every list holds one item per message, in order; event times are ms since the epoch.
+    ``producer_name``, ``schema_version`` and ``batch_size`` belong to the entry, as
+    :func:`pack` takes them from its first row (``batch_size`` is -1 for a single message).
+    """
+
+    values: list[bytes]
+    keys: list[str | None]
+    properties: list[dict[str, str]]
+    event_times: list[int | None]
+    sequence_ids: list[int | None]
+    producer_name: str | None = None
+    schema_version: int | None = None
+    batch_size: int = -1
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    @classmethod
+    def of_rows(cls, rows: Seq[MessageRow]) -> MessageColumns:
+        first = rows[0] if rows else MessageRow(b"")
+        return cls(
+            values=[r.value for r in rows],
+            keys=[r.key for r in rows],
+            properties=[r.properties for r in rows],
+            event_times=[r.event_time if r.event_time >= 0 else None for r in rows],
+            sequence_ids=[r.sequence_id if r.sequence_id >= 0 else None for r in rows],
+            producer_name=first.producer_name or None,
+            schema_version=first.schema_version,
+            batch_size=first.batch_size,
+        )
+
+    def rows(self) -> list[MessageRow]:
+        """The messages as rows (-1 and "" where a message has no such field)."""
+        return [
+            MessageRow(
+                value=value,
+                key=key,
+                properties=properties,
+                event_time=-1 if event_time is None else event_time,
+                producer_name=self.producer_name or "",
+                sequence_id=-1 if sequence_id is None else sequence_id,
+                schema_version=self.schema_version,
+                batch_size=self.batch_size,
+            )
+            for value, key, properties, event_time, sequence_id in zip(
+                self.values,
+                self.keys,
+                self.properties,
+                self.event_times,
+                self.sequence_ids,
+                strict=True,
+            )
+        ]
+
+
 class EntryFormat(Protocol):
     def key(self, payload: bytes) -> bytes | None:
         """The key that Key_Shared dispatch hashes (the first message's), or None."""
@@ -59,6 +119,20 @@ class UnpackingFormat(EntryFormat, Protocol):
 
     def pack(self, rows: Seq[MessageRow], publish_time: int) -> bytes:
         """An entry equivalent to the one ``rows`` came from (same messages, same order)."""
+        ...
+
+
+class ColumnarFormat(UnpackingFormat, Protocol):
+    """A format that also reads and writes entries column by column (Parquet, Arrow), without
+    a row object per message. Results and errors are those of the row-wise calls."""
+
+    def unpack_columns(self, payload: bytes) -> MessageColumns:
+        """What ``MessageColumns.of_rows(unpack(payload))`` returns (and the entry fields even
+        when there is no message, whose row would carry them)."""
+        ...
+
+    def pack_columns(self, messages: MessageColumns, publish_time: int) -> bytes:
+        """What ``pack(messages.rows(), publish_time)`` returns."""
         ...
 
 
@@ -94,6 +168,18 @@ def unpack(fmt: int, payload: bytes) -> list[MessageRow]:
     return rows
 
 
+def unpack_columns(fmt: int, payload: bytes) -> MessageColumns:
+    """The messages of an entry as columns: ``MessageColumns.of_rows(unpack(fmt, payload))``,
+    faster for formats that implement :class:`ColumnarFormat`. Raises as :func:`unpack`."""
+    if fmt == RAW:
+        return MessageColumns([payload], [None], [{}], [None], [None])
+    codec = _FORMATS.get(fmt)
+    if codec is not None and hasattr(codec, "unpack_columns"):
+        columns: MessageColumns = codec.unpack_columns(payload)
+        return columns
+    return MessageColumns.of_rows(unpack(fmt, payload))
+
+
 def pack(fmt: int, rows: Seq[MessageRow], publish_time: int) -> bytes:
     """Rebuild an entry from its rows (the inverse of :func:`unpack`)."""
     if fmt == RAW:
@@ -103,3 +189,13 @@ def pack(fmt: int, rows: Seq[MessageRow], publish_time: int) -> bytes:
         raise UnknownFormatError(f"entries of format {fmt} cannot be rebuilt from messages")
     data: bytes = codec.pack(rows, publish_time)
     return data
+
+
+def pack_columns(fmt: int, messages: MessageColumns, publish_time: int) -> bytes:
+    """Rebuild an entry from its messages as columns: ``pack(fmt, messages.rows(), ...)``,
+    faster for formats that implement :class:`ColumnarFormat`."""
+    codec = _FORMATS.get(fmt)
+    if fmt != RAW and codec is not None and hasattr(codec, "pack_columns"):
+        data: bytes = codec.pack_columns(messages, publish_time)
+        return data
+    return pack(fmt, messages.rows(), publish_time)

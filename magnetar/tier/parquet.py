@@ -17,9 +17,10 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from magnetar.core import formats
-from magnetar.core.formats import MessageRow
+from magnetar.core.formats import MessageColumns
 from magnetar.storage import Entry
 from magnetar.tier.errors import UnsupportedEntryFormatError
 
@@ -41,6 +42,8 @@ SCHEMA = pa.schema(
     ],
     metadata={"magnetar.layout": "1"},
 )
+_MESSAGE_FIELDS = ("offset", "event_time", "key", "value", "properties", "sequence_id")
+_ENTRY_FIELDS = tuple(name for name in SCHEMA.names if name not in _MESSAGE_FIELDS)
 
 
 def entries_to_table(entries: Iterable[Entry]) -> pa.Table:
@@ -49,68 +52,104 @@ def entries_to_table(entries: Iterable[Entry]) -> pa.Table:
     Raises UnsupportedEntryFormatError when an entry cannot be split into exactly its
     ``count`` messages: a row per message is what keeps every offset addressable.
     """
-    cols: dict[str, list[object]] = {name: [] for name in SCHEMA.names}
+    table = _TableBuilder()
     for entry in entries:
-        _add_entry(cols, entry, _messages(entry))
-    return pa.Table.from_pydict(cols, schema=SCHEMA)
+        table.add(entry, _messages(entry))
+    return table.build()
 
 
-def _messages(entry: Entry) -> list[MessageRow]:
+def _messages(entry: Entry) -> MessageColumns:
     try:
-        rows = formats.unpack(entry.format, entry.payload)
+        messages = formats.unpack_columns(entry.format, entry.payload)
     except formats.UnknownFormatError as e:
         raise UnsupportedEntryFormatError(f"entry at offset {entry.base_offset}: {e}") from None
-    if len(rows) != entry.count:
+    if len(messages) != entry.count:
         raise UnsupportedEntryFormatError(
             f"entry at offset {entry.base_offset} counts {entry.count} messages but its "
-            f"format-{entry.format} payload holds {len(rows)}: offsets would not survive"
+            f"format-{entry.format} payload holds {len(messages)}: offsets would not survive"
         )
-    return rows
+    return messages
 
 
-def _add_entry(cols: dict[str, list[object]], entry: Entry, rows: list[MessageRow]) -> None:
-    """One column at a time (a comprehension per column is far cheaper than a call per row)."""
-    n, base = len(rows), entry.base_offset
-    cols["offset"].extend(range(base, base + n))
-    cols["publish_time"].extend(itertools.repeat(entry.publish_time * 1000, n))
-    cols["event_time"].extend([r.event_time * 1000 if r.event_time >= 0 else None for r in rows])
-    cols["key"].extend([r.key for r in rows])
-    cols["value"].extend([r.value for r in rows])
-    cols["properties"].extend([list(r.properties.items()) for r in rows])
-    cols["producer_name"].extend([r.producer_name or None for r in rows])
-    cols["sequence_id"].extend([r.sequence_id if r.sequence_id >= 0 else None for r in rows])
-    cols["schema_version"].extend([r.schema_version for r in rows])
-    cols["entry_offset"].extend(itertools.repeat(base, n))
-    cols["batch_size"].extend([r.batch_size for r in rows])
-    cols["entry_format"].extend(itertools.repeat(entry.format, n))
+class _TableBuilder:
+    """Columns in the making: a list per message field, and a list per entry field whose
+    values repeat for each of the entry's messages (decoded into columns by Arrow, which is
+    far cheaper than a Python value per row)."""
+
+    def __init__(self) -> None:
+        self.message_columns: dict[str, list[Any]] = {name: [] for name in _MESSAGE_FIELDS}
+        self.entry_columns: dict[str, list[Any]] = {name: [] for name in _ENTRY_FIELDS}
+        self.run_ends: list[int] = []  # each entry's last row + 1
+
+    def add(self, entry: Entry, messages: MessageColumns) -> None:
+        n = len(messages)
+        if n == 0:
+            return
+        rows, per_entry = self.message_columns, self.entry_columns
+        rows["offset"].extend(range(entry.base_offset, entry.base_offset + n))
+        rows["event_time"].extend([t * 1000 if t is not None else t for t in messages.event_times])
+        rows["key"].extend(messages.keys)
+        rows["value"].extend(messages.values)
+        rows["properties"].extend(messages.properties)
+        rows["sequence_id"].extend(messages.sequence_ids)
+        per_entry["publish_time"].append(entry.publish_time * 1000)
+        per_entry["producer_name"].append(messages.producer_name)
+        per_entry["schema_version"].append(messages.schema_version)
+        per_entry["entry_offset"].append(entry.base_offset)
+        per_entry["batch_size"].append(messages.batch_size)
+        per_entry["entry_format"].append(entry.format)
+        self.run_ends.append(n + (self.run_ends[-1] if self.run_ends else 0))
+
+    def build(self) -> pa.Table:
+        run_ends = pa.array(self.run_ends, pa.int64())
+        arrays = []
+        for field in SCHEMA:
+            if field.name in self.message_columns:
+                arrays.append(pa.array(self.message_columns[field.name], field.type))
+            else:
+                values = pa.array(self.entry_columns[field.name], field.type)
+                ree = pa.RunEndEncodedArray.from_arrays(run_ends, values)
+                arrays.append(pc.run_end_decode(ree))
+        return pa.Table.from_arrays(arrays, schema=SCHEMA)
 
 
 def entry_boundaries(table: pa.Table, target_rows: int) -> list[int]:
     """Row indexes where row groups of about ``target_rows`` may start without splitting
     an entry (a batch's rows stay in one row group)."""
-    starts = table.column("entry_offset").to_pylist()
     cuts, last = [0], 0
-    for i in range(1, len(starts)):
-        if i - last >= target_rows and starts[i] != starts[i - 1]:
-            cuts.append(i)
-            last = i
+    for start in _entry_ends(table)[:-1]:  # where each entry but the first starts
+        if start - last >= target_rows:
+            cuts.append(start)
+            last = start
     return cuts
+
+
+def _entry_ends(table: pa.Table) -> list[int]:
+    """The row after each entry's last: entries are runs of rows sharing ``entry_offset``."""
+    starts = table.column("entry_offset").combine_chunks()
+    ends: list[int] = pc.run_end_encode(starts).run_ends.to_pylist()
+    return ends
 
 
 def table_to_entries(table: pa.Table, segment_id: int) -> Iterator[Entry]:
     """Rebuild entries from rows (consecutive rows sharing ``entry_offset``)."""
-    data = {name: _plain(table.column(name)).to_pylist() for name in table.column_names}
-    rows = _rows(data)
-    starts, times, fmts = data["entry_offset"], data["publish_time"], data["entry_format"]
-    n, i = len(rows), 0
-    while i < n:
-        j = i + 1
-        while j < n and starts[j] == starts[i]:
-            j += 1
-        publish_ms = times[i] // 1000
-        payload = formats.pack(fmts[i], rows[i:j], publish_ms)
-        event = max(r.event_time for r in rows[i:j])
-        yield Entry(starts[i], j - i, publish_ms, event, fmts[i], payload, segment_id)
+    ends = _entry_ends(table)
+    firsts = table.take([0, *ends[:-1]]) if ends else table.slice(0, 0)
+    starts = firsts.column("entry_offset").to_pylist()
+    times = _plain(firsts.column("publish_time")).to_pylist()
+    fmts = firsts.column("entry_format").to_pylist()
+    producers = firsts.column("producer_name").to_pylist()
+    versions = firsts.column("schema_version").to_pylist()
+    batches = firsts.column("batch_size").to_pylist()
+    rows = _MessageFields(table)
+    i = 0
+    for k, j in enumerate(ends):
+        messages = rows.columns(i, j, producers[k], versions[k], batches[k])
+        publish_ms = times[k] // 1000
+        payload = formats.pack_columns(fmts[k], messages, publish_ms)
+        yield Entry(
+            starts[k], j - i, publish_ms, rows.event_time(i, j), fmts[k], payload, segment_id
+        )
         i = j
 
 
@@ -119,27 +158,59 @@ def _plain(column: pa.ChunkedArray) -> pa.ChunkedArray:
     return column.cast(pa.int64()) if pa.types.is_timestamp(column.type) else column
 
 
-def _rows(data: dict[str, list[Any]]) -> list[MessageRow]:
-    return [
-        MessageRow(
-            value=value,
-            key=key,
-            properties=dict(properties) if properties else {},
-            event_time=event // 1000 if event is not None else -1,
-            producer_name=producer or "",
-            sequence_id=sequence if sequence is not None else -1,
+class _MessageFields:
+    """The per-message columns of a table as Python lists, cut into entries on request."""
+
+    def __init__(self, table: pa.Table) -> None:
+        self.values = table.column("value").to_pylist()
+        self.keys = table.column("key").to_pylist()
+        self.properties = _properties(table.column("properties"))
+        self.sequence_ids = table.column("sequence_id").to_pylist()
+        events = table.column("event_time")
+        self.has_event_times = events.null_count < len(events)
+        # ms, -1 for none: what a row's event time was, and what an entry's is made of.
+        self.event_ms: list[int] = (
+            [-1 if t is None else t // 1000 for t in _plain(events).to_pylist()]
+            if self.has_event_times
+            else [-1] * len(events)
+        )
+
+    def columns(
+        self, i: int, j: int, producer: str | None, version: int | None, batch: int
+    ) -> MessageColumns:
+        if self.has_event_times:  # one before 1970 is no event time to the formats' pack
+            event_times = [t if t >= 0 else None for t in self.event_ms[i:j]]
+        else:
+            event_times = [None] * (j - i)
+        return MessageColumns(
+            values=self.values[i:j],
+            keys=self.keys[i:j],
+            properties=self.properties[i:j],
+            event_times=event_times,
+            sequence_ids=self.sequence_ids[i:j],
+            producer_name=producer or None,
             schema_version=version,
             batch_size=batch,
         )
-        for value, key, properties, event, producer, sequence, version, batch in zip(
-            data["value"],
-            data["key"],
-            data["properties"],
-            data["event_time"],
-            data["producer_name"],
-            data["sequence_id"],
-            data["schema_version"],
-            data["batch_size"],
-            strict=True,
-        )
+
+    def event_time(self, i: int, j: int) -> int:
+        """An entry's event time: the latest of its messages' (-1: none has one)."""
+        return max(self.event_ms[i:j])
+
+
+def _properties(column: pa.ChunkedArray) -> list[dict[str, str]]:
+    """Each row's map as a dict, built from the flat keys and items (far cheaper than
+    ``to_pylist``, which makes a list of tuples per row first)."""
+    array = column.combine_chunks()
+    if array.null_count:
+        return [dict(p) if p else {} for p in array.to_pylist()]
+    offsets = array.offsets.to_pylist()
+    first, last = offsets[0], offsets[-1]
+    names = array.keys.slice(first, last - first).to_pylist()
+    values = array.items.slice(first, last - first).to_pylist()
+    if first:
+        offsets = [offset - first for offset in offsets]
+    return [
+        dict(zip(names[a:b], values[a:b], strict=True)) if a != b else {}
+        for a, b in itertools.pairwise(offsets)
     ]

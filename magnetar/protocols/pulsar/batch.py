@@ -55,7 +55,7 @@ def split_batch(data: BytesLike, count: int | None = None) -> list[BatchedMessag
     messages: list[BatchedMessage] = []
     offset = 0
     while offset < len(view) and (count is None or len(messages) < count):
-        message, offset = _read_message(view, offset)
+        message, offset = read_message(view, offset)
         messages.append(message)
     if count is not None and len(messages) != count:
         raise BatchFormatError(f"batch announces {count} messages, holds {len(messages)}")
@@ -98,7 +98,9 @@ def single_metadata_of(metadata: pb.MessageMetadata, size: int) -> pb.SingleMess
     return single
 
 
-def _read_message(view: memoryview, offset: int) -> tuple[BatchedMessage, int]:
+def read_message(view: memoryview, offset: int) -> tuple[BatchedMessage, int]:
+    """The message at ``offset`` of a batch and the offset after it. Raises BatchFormatError
+    when its metadata or payload does not fit, or the metadata does not parse."""
     if offset + 4 > len(view):
         raise BatchFormatError(f"message metadata size cut short at byte {offset}")
     (size,) = _U32.unpack_from(view, offset)

@@ -10,9 +10,17 @@ import struct
 from collections.abc import Sequence
 
 from magnetar.core import formats
-from magnetar.core.formats import MessageRow
+from magnetar.core.formats import MessageColumns, MessageRow
 from magnetar.protocols.pulsar._proto import pulsar_api_pb2 as pb
-from magnetar.protocols.pulsar.batch import BatchedMessage, build_batch, is_batch, unpack
+from magnetar.protocols.pulsar.batch import (
+    BatchedMessage,
+    build_batch,
+    is_batch,
+    single_metadata_of,
+    unpack,
+)
+from magnetar.protocols.pulsar.batch_columns import build_columns, fields_of, split_columns
+from magnetar.protocols.pulsar.compression import decompress_payload
 from magnetar.protocols.pulsar.frames import pack_payload
 
 _U32 = struct.Struct(">I")
@@ -45,12 +53,12 @@ class PulsarEntryFormat:
         return formats.Sequence(metadata.producer_name, metadata.sequence_id, highest)
 
     def unpack(self, payload: bytes) -> list[MessageRow]:
+        """The messages, through protobuf objects. :meth:`unpack_columns` gives the same
+        fields faster; this stays the reference its tests compare against."""
         metadata = metadata_of(payload)
         (size,) = _U32.unpack_from(payload, 0)
         batch = metadata.num_messages_in_batch if is_batch(metadata) else -1
-        version = None
-        if len(metadata.schema_version) == 8:
-            (version,) = struct.unpack(">q", metadata.schema_version)
+        version = _schema_version(metadata)
         return [
             MessageRow(
                 value=m.payload,
@@ -69,17 +77,31 @@ class PulsarEntryFormat:
             for i, m in enumerate(unpack(metadata, payload[4 + size :]))
         ]
 
+    def unpack_columns(self, payload: bytes) -> MessageColumns:
+        metadata = metadata_of(payload)
+        (size,) = _U32.unpack_from(payload, 0)
+        data = decompress_payload(metadata, payload[4 + size :])
+        if not is_batch(metadata):
+            return _single_columns(metadata, data)
+        batch = split_columns(data, metadata.num_messages_in_batch, metadata.sequence_id)
+        return MessageColumns(
+            values=batch.values,
+            keys=batch.keys,
+            properties=batch.properties,
+            event_times=batch.event_times,
+            sequence_ids=batch.sequence_ids,
+            producer_name=metadata.producer_name or None,
+            schema_version=_schema_version(metadata),
+            batch_size=metadata.num_messages_in_batch,
+        )
+
     def pack(self, rows: Sequence[MessageRow], publish_time: int) -> bytes:
         first = rows[0]
-        metadata = pb.MessageMetadata(
-            producer_name=first.producer_name,
-            sequence_id=max(first.sequence_id, 0),
-            publish_time=max(publish_time, 0),
+        metadata = _entry_metadata(
+            first.producer_name, first.sequence_id, first.schema_version, publish_time
         )
-        if first.schema_version is not None:
-            metadata.schema_version = struct.pack(">q", first.schema_version)
         if first.batch_size < 0:
-            _single_fields(metadata, first)
+            _single_fields(metadata, first.key, first.event_time, first.properties)
             return pack_payload(metadata, first.value)
         metadata.num_messages_in_batch = len(rows)
         if first.key is not None:
@@ -87,13 +109,80 @@ class PulsarEntryFormat:
         messages = [BatchedMessage(_single(row), row.value) for row in rows]
         return pack_payload(metadata, build_batch(messages))
 
+    def pack_columns(self, messages: MessageColumns, publish_time: int) -> bytes:
+        if not messages.values:
+            return self.pack(messages.rows(), publish_time)  # fails as it does
+        sequence_id, event_time = messages.sequence_ids[0], messages.event_times[0]
+        metadata = _entry_metadata(
+            messages.producer_name or "",
+            -1 if sequence_id is None else sequence_id,
+            messages.schema_version,
+            publish_time,
+        )
+        key = messages.keys[0]
+        if messages.batch_size < 0:
+            event_ms = -1 if event_time is None else event_time
+            _single_fields(metadata, key, event_ms, messages.properties[0])
+            return pack_payload(metadata, messages.values[0])
+        metadata.num_messages_in_batch = len(messages)
+        if key is not None:
+            metadata.partition_key = key
+        try:
+            data = build_columns(
+                messages.values,
+                messages.keys,
+                messages.properties,
+                messages.event_times,
+                messages.sequence_ids,
+            )
+        except (ValueError, TypeError, AttributeError):
+            return self.pack(messages.rows(), publish_time)  # protobuf encodes it, or refuses
+        return pack_payload(metadata, data)
 
-def _single_fields(metadata: pb.MessageMetadata, row: MessageRow) -> None:
-    if row.key is not None:
-        metadata.partition_key = row.key
-    if row.event_time >= 0:
-        metadata.event_time = row.event_time
-    for k, v in row.properties.items():
+
+def _entry_metadata(
+    producer_name: str, sequence_id: int, schema_version: int | None, publish_time: int
+) -> pb.MessageMetadata:
+    metadata = pb.MessageMetadata(
+        producer_name=producer_name,
+        sequence_id=max(sequence_id, 0),
+        publish_time=max(publish_time, 0),
+    )
+    if schema_version is not None:
+        metadata.schema_version = struct.pack(">q", schema_version)
+    return metadata
+
+
+def _schema_version(metadata: pb.MessageMetadata) -> int | None:
+    if len(metadata.schema_version) == 8:
+        version: int = struct.unpack(">q", metadata.schema_version)[0]
+        return version
+    return None
+
+
+def _single_columns(metadata: pb.MessageMetadata, data: bytes) -> MessageColumns:
+    """A non-batched message, read as ``unpack`` reads it (through its single metadata)."""
+    _, key, properties, event_time, sequence_id = fields_of(single_metadata_of(metadata, len(data)))
+    return MessageColumns(
+        values=[data],
+        keys=[key],
+        properties=[properties],
+        event_times=[event_time],
+        sequence_ids=[metadata.sequence_id if sequence_id is None else sequence_id],
+        producer_name=metadata.producer_name or None,
+        schema_version=_schema_version(metadata),
+    )
+
+
+def _single_fields(
+    metadata: pb.MessageMetadata, key: str | None, event_time: int, properties: dict[str, str]
+) -> None:
+    """A single message's own fields, which it keeps in the entry's metadata."""
+    if key is not None:
+        metadata.partition_key = key
+    if event_time >= 0:
+        metadata.event_time = event_time
+    for k, v in properties.items():
         metadata.properties.add(key=k, value=v)
 
 
