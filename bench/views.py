@@ -10,6 +10,9 @@ baseline: consume the same history through pulsar-client and fold it in Python.
   until its count moved: publish → visible in the store, ``--samples`` times.
 * **baseline** — an exclusive pulsar-client consumer from the earliest message, folding
   count-per-key in a Python dict, acknowledging cumulatively.
+* **floor** — pyarrow alone, in this process: read the key column of the offloaded Parquet
+  objects and ``group_by(key).count``; no Spark, no exactly-once, no store, no live tail —
+  what the raw files allow on one core.
 
 Run: ``PYTHONPATH=. .venv/bin/python bench/views.py [--events N] [--users U]``
 """
@@ -22,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import pulsar
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from bench.common import (
     RESULTS_DIR,
@@ -138,6 +143,18 @@ def baseline(url: str, n: int) -> float:
     return elapsed
 
 
+def pyarrow_floor(rest: RestClient) -> tuple[float, int]:
+    """Seconds for pyarrow to count per key over the offloaded objects, and their rows."""
+    plan = rest.call("GET", f"/magnetar/v1/topics/public/default/{TOPIC}/plan")
+    root = Path(plan["store"].removeprefix("file://"))
+    keys = [s["object"] for s in plan["partitions"][0]["segments"] if s["object"]]
+    start = time.perf_counter()
+    tables = [pq.read_table(root / k, columns=["key"]) for k in keys]
+    table = pa.concat_tables(tables)
+    table.group_by("key").aggregate([("key", "count")])
+    return time.perf_counter() - start, table.num_rows
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     workdir, _fs = make_workdir(args.dir, "magnetar-bench-views-")
     extra = ["--spark-master", "local[*]", "--offload-deletion-lag-ms", "0"]
@@ -154,9 +171,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         warm.send(b"{}")
         rest.call("PUT", "/views/warmup", {"source": "bench-warmup", "sql": SQL, "key": "user"})
         boot_s = bootstrap(rest, args.events)
+        last_batch = rest.call("GET", "/views/bench")["lastBatchMs"]
         lat = live_latencies(client, rest, args.samples)
         client.close()
         base_s = baseline(server.pulsar_url, args.events)
+        floor_s, floor_rows = pyarrow_floor(rest)
     return {
         "events": args.events,
         "users": args.users,
@@ -169,6 +188,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "live_samples": lat,
         "baseline_s": base_s,
         "baseline_eps": args.events / base_s,
+        "floor_s": floor_s,
+        "floor_rows": floor_rows,
+        "floor_eps": floor_rows / floor_s,
+        "last_batch_ms": last_batch,
     }
 
 
@@ -183,6 +206,15 @@ def report(r: dict[str, Any]) -> str:
             fmt_rate(r["bootstrap_eps"]),
             fmt_ms(r["live_p50_s"]),
             fmt_ms(r["live_p99_s"]),
+        ],
+        [
+            "floor: pyarrow group_by over the offloaded Parquet",
+            f"{r['floor_rows']:,}",
+            f"{r['floor_rows']:,}",
+            f"{r['floor_s']:.1f}",
+            fmt_rate(r["floor_eps"]),
+            "-",
+            "-",
         ],
         [
             "baseline: pulsar-client + Python fold",
