@@ -5,7 +5,9 @@ baseline: consume the same history through pulsar-client and fold it in Python.
 * **bootstrap** — ``PUT /views/bench`` with ``SELECT key AS user, count(*) AS n FROM events
   GROUP BY key`` (one Spark structured streaming query from the earliest offset); the clock
   runs from the PUT (Spark already started by a warm-up view on another topic) until the
-  view is LIVE with every historical event applied. events/s = N / that time.
+  view is LIVE with every historical event applied. events/s = N / that time. Then the
+  same view once more under another name: the first run pays for the JVM compiling the
+  read and aggregation paths (the warm-up view's few events do not), the second does not.
 * **live** — one event at a time (synchronous send), then poll ``GET /views/bench/rows``
   until its count moved: publish → visible in the store, ``--samples`` times.
 * **baseline** — an exclusive pulsar-client consumer from the earliest message, folding
@@ -88,19 +90,19 @@ def wait(check: Any, timeout: float, what: str) -> Any:
     raise SystemExit(f"timed out waiting for {what}")
 
 
-def bootstrap(rest: RestClient, n: int) -> float:
+def bootstrap(rest: RestClient, name: str, n: int) -> float:
     start = time.perf_counter()
-    rest.call("PUT", "/views/bench", {"source": TOPIC, "sql": SQL, "key": "user"})
+    rest.call("PUT", f"/views/{name}", {"source": TOPIC, "sql": SQL, "key": "user"})
 
     def done() -> bool:
-        s = rest.call("GET", "/views/bench")
+        s = rest.call("GET", f"/views/{name}")
         if s["state"] == "FAILED":
             raise SystemExit(f"view failed: {s['error']}")
         return bool(
             s["state"] == "LIVE" and s["offsets"][f"persistent://public/default/{TOPIC}"]["0"] >= n
         )
 
-    wait(done, 3600, "the bootstrap")
+    wait(done, 3600, f"the bootstrap of {name}")
     return time.perf_counter() - start
 
 
@@ -170,8 +172,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         warm = client.create_producer("bench-warmup")
         warm.send(b"{}")
         rest.call("PUT", "/views/warmup", {"source": "bench-warmup", "sql": SQL, "key": "user"})
-        boot_s = bootstrap(rest, args.events)
+        wait(lambda: rest.call("GET", "/views/warmup")["state"] == "LIVE", 600, "warm-up view")
+        boot_s = bootstrap(rest, "bench", args.events)
         last_batch = rest.call("GET", "/views/bench")["lastBatchMs"]
+        # The same view again: the JVM has now compiled this query's hot paths once.
+        again_s = bootstrap(rest, "again", args.events)
+        rest.call("DELETE", "/views/again")
         lat = live_latencies(client, rest, args.samples)
         client.close()
         base_s = baseline(server.pulsar_url, args.events)
@@ -183,6 +189,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         **placement,
         "bootstrap_s": boot_s,
         "bootstrap_eps": args.events / boot_s,
+        "again_s": again_s,
+        "again_eps": args.events / again_s,
         "live_p50_s": percentile(lat, 50),
         "live_p99_s": percentile(lat, 99),
         "live_samples": lat,
@@ -199,13 +207,22 @@ def report(r: dict[str, Any]) -> str:
     headers = ["", "events", "offloaded", "time s", "events/s", "live p50 ms", "live p99 ms"]
     rows = [
         [
-            "view (Spark, one streaming query)",
+            "view, first after start (Spark, one streaming query)",
             f"{r['events']:,}",
             f"{r['offloaded']:,}",
             f"{r['bootstrap_s']:.1f}",
             fmt_rate(r["bootstrap_eps"]),
             fmt_ms(r["live_p50_s"]),
             fmt_ms(r["live_p99_s"]),
+        ],
+        [
+            "same view again (warm JVM)",
+            f"{r['events']:,}",
+            f"{r['offloaded']:,}",
+            f"{r['again_s']:.1f}",
+            fmt_rate(r["again_eps"]),
+            "-",
+            "-",
         ],
         [
             "floor: pyarrow group_by over the offloaded Parquet",
