@@ -1,7 +1,8 @@
 """How the broker reads facts out of entries written by Pulsar producers (format PULSAR).
 
 A stored entry is ``[u32 metadata size][MessageMetadata][payload]`` exactly as the producer
-sent it; only the metadata is parsed here, never the (possibly compressed) payload.
+sent it. Dispatch keys and sequence ids come from the metadata alone; only ``unpack`` (rows)
+and ``unpack_columns`` (columns, for offload and bulk reads) decompress and split the payload.
 """
 
 from __future__ import annotations
