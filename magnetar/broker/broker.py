@@ -20,6 +20,7 @@ from magnetar.broker.errors import (
     TopicNotFoundError,
 )
 from magnetar.broker.policies import Namespaces, Policies
+from magnetar.broker.producer_names import ProducerNames
 from magnetar.broker.schemas import SchemaRegistry
 from magnetar.broker.topic import Topic
 from magnetar.core.names import TopicName
@@ -37,6 +38,7 @@ class BrokerSettings:
     allow_auto_topic_creation: bool = True
     max_message_size: int = 5 * 1024 * 1024
     offload_deletion_lag_ms: int = 4 * 3600 * 1000  # Pulsar's default: 4 hours
+    cluster_name: str = "standalone"  # the prefix of generated producer names
 
 
 class Broker:
@@ -59,9 +61,11 @@ class Broker:
         self._loading: dict[str, asyncio.Future[Topic]] = {}
         self._policies: dict[str, Policies] = {}
         self._unwatch = meta.watch("/admin/policies", self._on_policy_change)
+        self.producer_names = ProducerNames(settings.cluster_name)
 
     async def start(self) -> None:
         await self.namespaces.ensure_defaults()
+        await self.producer_names.start(self.meta)
 
     def _on_policy_change(self, note: Notification) -> None:
         ns = note.path.removeprefix("/admin/policies/")
@@ -166,7 +170,7 @@ class Broker:
                 raise TopicNotFoundError(f"topic {name} does not exist")
             await self.meta.put(paths.topic_path(name.tenant, name.namespace, name.local), b"{}")
         ledger = await ManagedLedger.open(name.path, self.storage, self.tier)
-        topic = Topic(name, ledger, self.meta)
+        topic = Topic(name, ledger, self.meta, new_producer_name=self.producer_names.next)
         await topic.load_subscriptions()
         await self._configure_dedup(topic)
         return topic

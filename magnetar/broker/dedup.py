@@ -1,9 +1,16 @@
 """Message deduplication on (producer name, sequence id), as Pulsar does it.
 
-The sequence ids travel inside each stored entry, so the state is rebuilt after a restart by
-scanning entries written since the last snapshot (kept in the metadata store every
-``SNAPSHOT_EVERY`` entries and on close). A producer that resends after a reconnect gets a
-receipt for its original message, not a duplicate.
+Only Pulsar producers carry sequence ids; a Kafka batch is deduplicated by the Kafka handler
+on (producer id, epoch, sequence) and never here. The sequence ids travel inside each stored
+PULSAR entry, so the state is rebuilt after a restart by scanning entries written since the
+last snapshot (kept in the metadata store every ``SNAPSHOT_EVERY`` entries and on close). A
+producer that resends after a reconnect gets a receipt for its original message, not a
+duplicate.
+
+The one rule that keeps it from losing data: a message is judged a duplicate only when a
+message with a sequence id at least as high *is stored* and this one is not a resend of an
+append that failed. A resend of a message still being written waits for that write and is
+then judged again; if the write failed, the resend is stored.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ import enum
 import json
 
 from magnetar.broker import formats
+from magnetar.broker.errors import BrokerError
 from magnetar.ledger import ManagedLedger
 from magnetar.meta import MetadataStore
 
@@ -20,9 +28,19 @@ SNAPSHOT_EVERY = 1000
 
 
 class Verdict(enum.Enum):
-    NEW = "new"  # never seen: store it
+    NEW = "new"  # never stored: store it
     DUPLICATE = "duplicate"  # already stored: answer with a receipt, store nothing
-    IN_FLIGHT = "in_flight"  # being stored right now: wait for it, then treat as duplicate
+    IN_FLIGHT = "in_flight"  # being stored right now: wait for it, then judge again
+
+
+class DuplicateUnknownError(BrokerError):
+    """A resend arrived while the original was being written, and the verdict is still open.
+
+    Pulsar answers the same (``MessageDupUnknownException``): the client resends later.
+    """
+
+    code = "broker.duplicate_unknown"
+    retriable = True
 
 
 class Deduplication:
@@ -34,6 +52,9 @@ class Deduplication:
         self.persisted: dict[str, int] = {}
         self.pushed: dict[str, int] = {}
         self.in_flight: dict[str, asyncio.Future[None]] = {}
+        # Sequence ids whose append failed after a higher one was pushed: their resends
+        # are new messages even though the producer's highest stored id is above them.
+        self.failed_ids: dict[str, set[int]] = {}
         self._since_snapshot = 0
         self._snapshot_offset = 0
 
@@ -50,7 +71,8 @@ class Deduplication:
             if not entries:
                 break
             for entry in entries:
-                self._record(formats.sequence_of(entry.format, entry.payload))
+                if entry.format == formats.PULSAR:
+                    self._record(formats.sequence_of(entry.format, entry.payload))
             offset = entries[-1].next_offset
         self.pushed = dict(self.persisted)
 
@@ -61,14 +83,43 @@ class Deduplication:
                 self.persisted[seq.producer_name] = highest
 
     def check(self, producer: str, sequence_id: int) -> Verdict:
+        failed = self.failed_ids.get(producer)
+        if failed and sequence_id in failed:
+            return Verdict.NEW
         if sequence_id <= self.persisted.get(producer, -1):
             return Verdict.DUPLICATE
         if sequence_id <= self.pushed.get(producer, -1):
             return Verdict.IN_FLIGHT
         return Verdict.NEW
 
-    def pushing(self, producer: str, highest: int) -> None:
+    async def admit(self, producer: str, sequence_id: int) -> bool:
+        """True: store the message; False: it is stored already (answer with a receipt).
+
+        Raises DuplicateUnknownError when a resend's original is still being written after
+        the wait (another write of the same producer got in between).
+        """
+        verdict = self.check(producer, sequence_id)
+        if verdict is Verdict.IN_FLIGHT:
+            pending = self.in_flight.get(producer)
+            if pending is not None:
+                await asyncio.shield(pending)
+            verdict = self.check(producer, sequence_id)
+            if verdict is Verdict.IN_FLIGHT:
+                raise DuplicateUnknownError(
+                    f"message {sequence_id} of producer {producer!r} is still being written; "
+                    "resend it"
+                )
+        return verdict is Verdict.NEW
+
+    def pushing(self, producer: str, sequence_id: int, highest: int) -> asyncio.Future[None]:
+        """An append of ``sequence_id..highest`` starts; resolve the future when it ends."""
+        failed = self.failed_ids.get(producer)
+        if failed:
+            failed.discard(sequence_id)
         self.pushed[producer] = max(highest, self.pushed.get(producer, -1))
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.in_flight[producer] = done
+        return done
 
     def persisted_up_to(self, producer: str, highest: int, end_offset: int) -> bool:
         """Record a stored entry; True when a snapshot is due."""
@@ -80,9 +131,10 @@ class Deduplication:
             return True
         return False
 
-    def failed(self, producer: str) -> None:
-        """A push failed: what was pushed falls back to what is stored."""
-        self.pushed[producer] = self.persisted.get(producer, -1)
+    def failed(self, producer: str, sequence_id: int) -> None:
+        """The append of ``sequence_id`` failed: its resend must be stored, whatever else
+        of this producer is stored meanwhile."""
+        self.failed_ids.setdefault(producer, set()).add(sequence_id)
 
     async def snapshot(self, end_offset: int | None = None) -> None:
         """Persist the state; every entry before the snapshot offset is reflected in it."""

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import itertools
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from magnetar.broker.cursor import CursorStore
-from magnetar.broker.dedup import Deduplication, Verdict
+from magnetar.broker.dedup import Deduplication
 from magnetar.broker.errors import (
     ProducerBusyError,
     ProducerFencedError,
@@ -21,8 +20,6 @@ from magnetar.core.names import TopicName
 from magnetar.ledger import ManagedLedger
 from magnetar.meta import MetadataStore
 from magnetar.storage import Entry
-
-_names = itertools.count()
 
 
 class AccessMode(enum.IntEnum):
@@ -59,6 +56,9 @@ class Topic:
     producers: list[Producer] = field(default_factory=list)
     subscriptions: dict[str, Subscription] = field(default_factory=dict)
     dedup: Deduplication | None = None
+    # Names for producers that bring none: unique for the life of the cluster (the broker's
+    # ProducerNames), so a new producer never inherits another's sequence ids.
+    new_producer_name: Callable[[], str] = field(default=lambda: "")
     _exclusive_waiters: deque[tuple[Producer, asyncio.Future[None]]] = field(default_factory=deque)
 
     @property
@@ -85,7 +85,7 @@ class Topic:
         """
         if name and any(p.name == name for p in self.producers):
             raise ProducerBusyError(f"producer {name!r} is already connected to {self.name}")
-        producer = Producer(self, name or f"standalone-{next(_names)}", mode, bool(name))
+        producer = Producer(self, name or self.new_producer_name(), mode, bool(name))
         if mode is AccessMode.WAIT_FOR_EXCLUSIVE and (self.producers or self._exclusive_waiters):
             return await self._queue_exclusive(producer, on_queued)
         self._check_access(mode)
@@ -155,45 +155,42 @@ class Topic:
         payload: bytes,
         *,
         count: int,
-        sequence_id: int,
-        highest_sequence_id: int,
+        sequence: tuple[int, int] | None,
         publish_time: int | None,
         event_time: int,
         fmt: int,
     ) -> PublishResult:
         """Store one entry (a producer batch); durable when this returns.
 
-        With deduplication on, an entry whose sequence id was already stored is answered
-        as a duplicate and not stored again.
+        ``sequence`` is the (first, highest) Pulsar sequence id the entry carries, or None
+        for an entry with none (a Kafka batch): only a sequenced entry is ever judged a
+        duplicate. With deduplication on, an entry whose sequence id is already stored is
+        answered as a duplicate and not stored again; a failure leaves nothing stored and
+        the same call may be retried.
         """
-        dedup = self.dedup
-        highest = max(sequence_id, highest_sequence_id)
-        if dedup is not None:
-            verdict = dedup.check(producer.name, sequence_id)
-            if verdict is Verdict.IN_FLIGHT:
-                pending = dedup.in_flight.get(producer.name)
-                if pending is not None:
-                    await asyncio.shield(pending)
-                return PublishResult(None, duplicate=True)
-            if verdict is Verdict.DUPLICATE:
-                return PublishResult(None, duplicate=True)
-            dedup.pushing(producer.name, highest)
-            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            dedup.in_flight[producer.name] = done
+        dedup = self.dedup if sequence is not None else None
+        if dedup is None or sequence is None:
+            entry = await self.ledger.append(
+                payload, count=count, publish_time=publish_time, event_time=event_time, fmt=fmt
+            )
+            producer.published += count
+            return PublishResult(entry)
+        first, highest = sequence
+        if not await dedup.admit(producer.name, first):
+            return PublishResult(None, duplicate=True)
+        done = dedup.pushing(producer.name, first, highest)
         try:
             entry = await self.ledger.append(
                 payload, count=count, publish_time=publish_time, event_time=event_time, fmt=fmt
             )
         except BaseException:
-            if dedup is not None:
-                dedup.failed(producer.name)
-                done.set_result(None)
+            dedup.failed(producer.name, first)
             raise
-        producer.published += count
-        if dedup is not None:
+        finally:
             done.set_result(None)
-            if dedup.persisted_up_to(producer.name, highest, entry.next_offset):
-                await dedup.snapshot()
+        producer.published += count
+        if dedup.persisted_up_to(producer.name, highest, entry.next_offset):
+            await dedup.snapshot()
         return PublishResult(entry)
 
     # -- subscriptions ------------------------------------------------------------------

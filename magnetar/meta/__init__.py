@@ -1,6 +1,7 @@
 """Tier 1: the metadata store. Every piece of metadata goes through :class:`MetadataStore`."""
 
 from magnetar.meta.base import MetadataStore, Notification, Stat, Versioned
+from magnetar.meta.counters import reserve_block
 from magnetar.meta.errors import BadVersionError, MetadataError, NodeExistsError, NotFoundError
 
 __all__ = [
@@ -13,6 +14,7 @@ __all__ = [
     "Stat",
     "Versioned",
     "open_metadata_store",
+    "reserve_block",
 ]
 
 

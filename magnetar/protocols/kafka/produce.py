@@ -140,8 +140,7 @@ async def _store(
             producer,
             batch,
             count=header.record_count,
-            sequence_id=producer.published,
-            highest_sequence_id=producer.published + header.record_count - 1,
+            sequence=None,  # never Pulsar-deduplicated: idempotence is judged above
             publish_time=timestamp,
             event_time=header.max_timestamp,
             fmt=KAFKA,

@@ -8,13 +8,12 @@ response dict`` registered in ``server.HANDLERS``.
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
 import weakref
 from dataclasses import dataclass, field
 
 from magnetar.broker import AccessMode, Broker, Producer, Topic
-from magnetar.meta import BadVersionError, NodeExistsError
+from magnetar.meta import reserve_block
 from magnetar.protocols.kafka.coordinator import GroupCoordinator
 from magnetar.protocols.kafka.idempotence import ProducerStates
 from magnetar.protocols.kafka.topics import KafkaTopics
@@ -73,23 +72,9 @@ class Service:
         in blocks in the metadata store; a crash skips the rest of a block)."""
         async with self._id_lock:
             if not self._ids:
-                start = await self._reserve_block()
+                start = await reserve_block(self.broker.meta, PRODUCER_ID_PATH, PRODUCER_ID_BLOCK)
                 self._ids = list(range(start + PRODUCER_ID_BLOCK - 1, start - 1, -1))
             return self._ids.pop()
-
-    async def _reserve_block(self) -> int:
-        meta = self.broker.meta
-        while True:
-            node = await meta.get(PRODUCER_ID_PATH)
-            start = json.loads(node.value)["next"] if node else 0
-            body = json.dumps({"next": start + PRODUCER_ID_BLOCK}).encode()
-            try:
-                await meta.put(
-                    PRODUCER_ID_PATH, body, expected_version=node.stat.version if node else -1
-                )
-            except (BadVersionError, NodeExistsError):
-                continue  # another node took this block: read again
-            return int(start)
 
     async def aclose(self) -> None:
         await self.groups.aclose()
