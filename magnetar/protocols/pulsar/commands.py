@@ -265,7 +265,9 @@ class Commands:
                 continue
             else:
                 offsets = list(range(base, base + count))
-            acks[base] = offsets
+            # One ACK may name an entry several times (one ack set per acked message of a
+            # batch): each names offsets acknowledged, so they add up.
+            acks.setdefault(base, []).extend(offsets)
         if acks:
             sub.ack(acks)
 
