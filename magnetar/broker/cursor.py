@@ -103,9 +103,11 @@ class Cursor:
     def ranges(self) -> list[tuple[int, int]]:
         return list(zip(self._starts, self._ends, strict=True))
 
+    def to_dict(self) -> dict[str, object]:
+        return {"markDelete": self.mark_delete, "acked": self.ranges[:MAX_PERSISTED_RANGES]}
+
     def to_bytes(self) -> bytes:
-        body = {"markDelete": self.mark_delete, "acked": self.ranges[:MAX_PERSISTED_RANGES]}
-        return json.dumps(body).encode()
+        return json.dumps(self.to_dict()).encode()
 
     @classmethod
     def from_bytes(cls, data: bytes) -> Cursor:
@@ -114,24 +116,41 @@ class Cursor:
 
 
 class CursorStore:
-    """Persists one cursor at ``path``; bursts of changes become one metadata write."""
+    """Persists one cursor at ``path``, with its subscription's type; bursts of changes
+    become one metadata write."""
 
-    def __init__(self, meta: MetadataStore, path: str, cursor: Cursor) -> None:
+    def __init__(
+        self, meta: MetadataStore, path: str, cursor: Cursor, sub_type: str | None = None
+    ) -> None:
         self.meta = meta
         self.path = path
         self.cursor = cursor
-        self._written = cursor.version
+        self.sub_type = sub_type  # Pulsar's name of the type (EXCLUSIVE, SHARED, ...)
+        self._written = self._state()
         self._task: asyncio.Task[None] | None = None
-        self.extra: dict[str, object] = {}
 
     @classmethod
-    async def load(cls, meta: MetadataStore, path: str, default_start: int) -> CursorStore:
+    async def load(
+        cls, meta: MetadataStore, path: str, default_start: int, sub_type: str | None = None
+    ) -> CursorStore:
+        """The stored cursor, or a new one at ``default_start`` of type ``sub_type``
+        (durable when this returns)."""
         node = await meta.get(path)
-        cursor = Cursor.from_bytes(node.value) if node else Cursor(default_start)
-        store = cls(meta, path, cursor)
         if node is None:
+            store = cls(meta, path, Cursor(default_start), sub_type)
             await store.flush()
-        return store
+            return store
+        raw = json.loads(node.value)
+        return cls(meta, path, Cursor.from_bytes(node.value), raw.get("type"))
+
+    def to_bytes(self) -> bytes:
+        body = self.cursor.to_dict()
+        if self.sub_type is not None:
+            body["type"] = self.sub_type
+        return json.dumps(body).encode()
+
+    def _state(self) -> tuple[int, str | None]:
+        return self.cursor.version, self.sub_type
 
     def changed(self) -> None:
         """Schedule a write of the cursor (coalesced with any other pending change)."""
@@ -139,18 +158,18 @@ class CursorStore:
             self._task = asyncio.create_task(self._write_loop())
 
     async def _write_loop(self) -> None:
-        while self._written != self.cursor.version:
-            version = self.cursor.version
-            await self.meta.put(self.path, self.cursor.to_bytes())
-            self._written = version
+        while self._written != self._state():
+            state = self._state()
+            await self.meta.put(self.path, self.to_bytes())
+            self._written = state
 
     async def flush(self) -> None:
         """Write now; durable when this returns."""
         if self._task is not None and not self._task.done():
             await self._task
-        version = self.cursor.version
-        await self.meta.put(self.path, self.cursor.to_bytes())
-        self._written = version
+        state = self._state()
+        await self.meta.put(self.path, self.to_bytes())
+        self._written = state
 
     async def delete(self) -> None:
         if self._task is not None:

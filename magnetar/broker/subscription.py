@@ -113,6 +113,9 @@ class Subscription:
                 f"subscription {self.name!r} is {self.type.name}; it cannot take a "
                 f"{sub_type.name} consumer while it has consumers"
             )
+        if sub_type != self.type and self.store is not None:
+            self.store.sub_type = sub_type.name  # a restart brings it back as this type
+            self.store.changed()
         self.type = sub_type
         if sub_type is SubType.EXCLUSIVE and self.consumers:
             raise ConsumerBusyError(

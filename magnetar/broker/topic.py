@@ -68,7 +68,9 @@ class Topic:
     async def load_subscriptions(self) -> None:
         for sub in await self.meta.list_children(self.cursor_root):
             store = await CursorStore.load(self.meta, f"{self.cursor_root}/{sub}", 0)
-            self.subscriptions[sub] = Subscription(sub, SubType.EXCLUSIVE, self.ledger, store)
+            # Cursors written before the type was stored come back as Exclusive.
+            sub_type = SubType[store.sub_type or SubType.EXCLUSIVE.name]
+            self.subscriptions[sub] = Subscription(sub, sub_type, self.ledger, store)
 
     # -- producers ----------------------------------------------------------------------
 
@@ -204,7 +206,8 @@ class Topic:
             return sub
         store = None
         if durable:
-            store = await CursorStore.load(self.meta, f"{self.cursor_root}/{name}", start)
+            path = f"{self.cursor_root}/{name}"
+            store = await CursorStore.load(self.meta, path, start, sub_type.name)
         sub = Subscription(name, sub_type, self.ledger, store, durable=durable, start=start)
         self.subscriptions[name] = sub
         return sub

@@ -161,3 +161,35 @@ def test_acknowledged_messages_never_come_back(
         assert sorted(seen) == sorted(set(range(N)) - acked)
     finally:
         server.stop()
+
+
+def _sub_type(server: StandaloneProcess, topic: str, sub: str) -> str:
+    path = urllib.parse.quote(topic.removeprefix("persistent://"))
+    with urllib.request.urlopen(
+        f"{server.http_url}/admin/v2/persistent/{path}/stats", timeout=10
+    ) as resp:
+        return str(json.loads(resp.read())["subscriptions"][sub]["type"])
+
+
+def test_subscriptions_come_back_as_the_type_they_were(tmp_path: Path) -> None:
+    """After a restart a Shared or Key_Shared subscription is not an Exclusive one."""
+    topic = f"persistent://public/default/types-{uuid.uuid4().hex[:8]}"
+    kinds = {
+        "shared": (pulsar.ConsumerType.Shared, "Shared"),
+        "key-shared": (pulsar.ConsumerType.KeyShared, "Key_Shared"),
+        "failover": (pulsar.ConsumerType.Failover, "Failover"),
+        "exclusive": (pulsar.ConsumerType.Exclusive, "Exclusive"),
+    }
+    server = StandaloneProcess(tmp_path / "data").start()
+    try:
+        client = _client(server)
+        for sub, (kind, _) in kinds.items():
+            client.subscribe(topic, sub, consumer_type=kind).close()
+        client.close()
+        server.stop()
+        server = StandaloneProcess(server.data_dir).start()
+        assert {sub: _sub_type(server, topic, sub) for sub in kinds} == {
+            sub: name for sub, (_, name) in kinds.items()
+        }
+    finally:
+        server.stop()
