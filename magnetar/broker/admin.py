@@ -289,7 +289,8 @@ class TopicAdmin:
 
 def _location(local: bool, offload: dict[str, Any] | None) -> str:
     """Where a segment's bytes can be read: local files, the object store, or both."""
-    remote = f"{offload.get('store', '')}/{offload.get('key', '')}" if offload else ""
+    key = (offload or {}).get("key")  # none: only abandoned offload attempts are recorded
+    remote = f"{(offload or {}).get('store', '')}/{key}" if key else ""
     if local and remote:
         return f"local+{remote}"
     return "local" if local else remote

@@ -122,12 +122,7 @@ class Broker:
         await topic.aclose()
         await self.meta.delete_recursive(topic.cursor_root)
         await self.meta.delete_recursive(f"/dedup/{name.path}")
-        if self.tier is not None:
-            for seg in topic.ledger.segments():
-                if seg.offload:
-                    await asyncio.to_thread(self.tier.offloader.delete, name.path, seg.segment_id)
-        if self.storage.has_partition(name.path):
-            await self.storage.delete_partition(name.path)
+        await topic.ledger.delete()
         await self.meta.delete_recursive(paths.topic_path(name.tenant, name.namespace, name.local))
         if name.partition < 0:
             await self.schemas.delete(name.path)

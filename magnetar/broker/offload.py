@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from dataclasses import dataclass
 
 from magnetar.broker.broker import Broker
@@ -22,14 +21,8 @@ from magnetar.broker.topic import Topic
 from magnetar.core.clock import SYSTEM_CLOCK, Clock
 from magnetar.ledger.errors import SegmentNotOffloadableError
 from magnetar.storage import SegmentInfo, SegmentState
-from magnetar.tier.object_store import TMP_MARK
 
 log = logging.getLogger(__name__)
-_SEGMENT_KEY = re.compile(
-    r"^(?P<partition>.+)/(?P<sid>\d{20})\.(parquet|manifest\.json)"
-    r"(?P<tmp>" + re.escape(TMP_MARK) + r".+)?$"
-)
-_HOLDS_OBJECT = {SegmentState.OFFLOADED, SegmentState.OFFLOADING}
 
 
 @dataclass
@@ -54,7 +47,6 @@ class OffloadService:
     async def start(self) -> None:
         if self.broker.tier is None:
             return
-        await self.cleanup_orphans()
         self._task = asyncio.get_running_loop().create_task(self._loop())
 
     async def _loop(self) -> None:
@@ -178,36 +170,6 @@ class OffloadService:
             offloaded = seg.state is SegmentState.OFFLOADED and seg.local and seg.offload
             if offloaded and now - int(seg.offload.get("offloadedMs", now)) >= lag:  # type: ignore[union-attr]
                 await topic.ledger.drop_local_copy(seg.segment_id)
-
-    async def cleanup_orphans(self) -> int:
-        """Delete objects no segment record vouches for: half-written uploads, objects of
-        offloads interrupted by a crash (their segments were reverted to CLOSED), objects of
-        deleted topics. Returns how many were deleted.
-
-        Meant for start-up, but safe at any time: the objects of a segment being offloaded
-        right now (temporary ones included) are vouched for by its OFFLOADING state.
-        """
-        tier = self.broker.tier
-        assert tier is not None
-        keys = await asyncio.to_thread(tier.store.list)
-        removed = 0
-        for key in keys:
-            if not self._vouched(key):
-                await asyncio.to_thread(tier.store.delete, key)
-                removed += 1
-        return removed
-
-    def _vouched(self, key: str) -> bool:
-        m = _SEGMENT_KEY.match(key)
-        if m is None:
-            return False  # stray objects
-        partition, sid = m.group("partition"), int(m.group("sid"))
-        storage = self.broker.storage
-        if not storage.has_partition(partition):
-            return False
-        # A temporary upload is only alive while its segment is being offloaded.
-        alive = {SegmentState.OFFLOADING} if m.group("tmp") else _HOLDS_OBJECT
-        return any(s.segment_id == sid and s.state in alive for s in storage.segments(partition))
 
     async def aclose(self) -> None:
         """Stop sweeping and cancel running offloads; their segments go back to CLOSED."""

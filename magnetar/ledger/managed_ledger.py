@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from magnetar.core.errors import MagnetarError
 from magnetar.core.ids import MessageId
+from magnetar.ledger import offload_attempts as attempts
 from magnetar.ledger.errors import NoObjectStoreError, SegmentNotOffloadableError
 from magnetar.storage import (
     Entry,
@@ -25,7 +26,7 @@ from magnetar.storage import (
     SegmentNotLocalError,
     SegmentState,
 )
-from magnetar.tier import ObjectNotFoundError, Tier
+from magnetar.tier import ObjectNotFoundError, Tier, key_of
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +93,7 @@ class ManagedLedger:
         await storage.create_partition(name)
         ledger = cls(name, storage, tier)
         ledger._refresh()
+        await ledger.clean_abandoned()
         return ledger
 
     def _refresh(self) -> None:
@@ -254,8 +256,8 @@ class ManagedLedger:
 
         Durable when this returns: the segment record says OFFLOADED and names the verified
         object. On failure the segment is CLOSED and local again and the error is raised:
-        nothing is lost, and a later retry starts afresh (an object the failed attempt left
-        behind is overwritten, or removed by ``OffloadService.cleanup_orphans``).
+        nothing is lost, and a later retry starts afresh as a new attempt (what the failed
+        attempt left behind is deleted now, or by ``clean_abandoned`` later).
 
         Raises SegmentNotOffloadableError, changing nothing, unless the segment is CLOSED
         and local with no other offload of it in flight.
@@ -284,17 +286,26 @@ class ManagedLedger:
             )
 
     async def _offload(self, tier: Tier, segment_id: int) -> SegmentInfo:
+        info = self._segment(segment_id)
+        assert info is not None
+        attempt = attempts.new_attempt()
+        # Recorded before anything is uploaded: whatever this attempt leaves behind is
+        # found again by its id (clean_abandoned), and nothing else is ever deleted.
+        recorded = [*attempts.attempts_of(info), attempt]
         info = await self.storage.update_segment(
-            self.name, segment_id, state=SegmentState.OFFLOADING
+            self.name, segment_id, state=SegmentState.OFFLOADING, offload={"attempts": recorded}
         )
         try:
             entries = await self._entries_of(info)
-            manifest = await asyncio.to_thread(tier.offloader.offload, self.name, info, entries)
+            manifest = await asyncio.to_thread(
+                tier.offloader.offload, self.name, info, entries, attempt
+            )
             return await self.storage.update_segment(
                 self.name,
                 segment_id,
                 state=SegmentState.OFFLOADED,
                 offload={
+                    "attempts": recorded,
                     "key": manifest.object_key,
                     "sha256": manifest.sha256,
                     "rows": manifest.row_count,
@@ -304,18 +315,58 @@ class ManagedLedger:
                 },
             )
         except BaseException:
-            await self._abandon_offload(segment_id)
+            await self._abandon_offload(segment_id, recorded)
             raise
 
-    async def _abandon_offload(self, segment_id: int) -> None:
-        """Back to CLOSED: the local copy is the truth again. If even that fails, recovery
-        does it at the next start (it reverts every OFFLOADING segment)."""
+    async def _abandon_offload(self, segment_id: int, recorded: list[str]) -> None:
+        """Back to CLOSED (the local copy is the truth again), then delete what the attempt
+        wrote. If the record cannot be written, recovery reverts it at the next start; if
+        the objects cannot be deleted, the attempt stays recorded for clean_abandoned."""
         try:
             await self.storage.update_segment(
-                self.name, segment_id, state=SegmentState.CLOSED, offload=None
+                self.name, segment_id, state=SegmentState.CLOSED, offload={"attempts": recorded}
             )
         except MagnetarError as e:
             log.warning("cannot mark segment %s of %s CLOSED again: %s", segment_id, self.name, e)
+            return
+        await self._clean_segment(segment_id)
+
+    async def clean_abandoned(self) -> int:
+        """Delete the objects of every abandoned offload attempt this ledger recorded (a
+        failed upload, one cut off by a crash); returns how many attempts were cleaned.
+
+        Only recorded attempts are touched, so a shared bucket's other data is safe. A
+        deletion that fails is logged and the attempt stays recorded for the next call.
+        """
+        cleaned = 0
+        for info in self.segments():
+            cleaned += await self._clean_segment(info.segment_id)
+        return cleaned
+
+    async def _clean_segment(self, segment_id: int) -> int:
+        info = self._segment(segment_id)
+        if info is None or self.tier is None:
+            return 0
+        gone = attempts.abandoned(info, segment_id in self._offloading)
+        if not gone:
+            return 0
+        try:
+            for attempt in gone:
+                await asyncio.to_thread(
+                    self.tier.offloader.delete_attempt, self.name, segment_id, attempt
+                )
+            await self.storage.update_segment(
+                self.name, segment_id, offload=attempts.without(info, gone)
+            )
+        except MagnetarError as e:
+            log.warning(
+                "objects of an abandoned offload of segment %s of %s stay: %s",
+                segment_id,
+                self.name,
+                e,
+            )
+            return 0
+        return len(gone)
 
     async def _entries_of(self, info: SegmentInfo) -> list[Entry]:
         out: list[Entry] = []
@@ -339,22 +390,43 @@ class ManagedLedger:
         OFFLOADING one): their records and local files, then their objects.
 
         Durable when this returns for the records: readers positioned in a deleted segment
-        get OffsetOutOfRangeError. An object whose deletion fails is logged and left as an
-        orphan, which ``OffloadService.cleanup_orphans`` removes at the next start.
+        get OffsetOutOfRangeError. An object whose deletion fails is logged and left.
         """
         deleted = await self.storage.trim(self.name, before)
-        for seg in deleted:
-            if seg.offload is not None and self.tier is not None:
-                await self._delete_object(self.tier, seg.segment_id)
+        if self.tier is not None:
+            for seg in deleted:
+                await self._delete_objects(self.tier, seg)
         self._refresh()
         return deleted
 
-    async def _delete_object(self, tier: Tier, segment_id: int) -> None:
-        tier.reader.forget(self.name, segment_id)
+    async def delete(self) -> None:
+        """Delete the whole ledger: every segment's objects, then its records and files.
+
+        Durable when this returns; the ledger is not usable afterwards. An object whose
+        deletion fails is logged and left."""
+        if self.tier is not None:
+            for seg in self.segments():
+                await self._delete_objects(self.tier, seg)
+        if self.storage.has_partition(self.name):
+            await self.storage.delete_partition(self.name)
+
+    async def _delete_objects(self, tier: Tier, seg: SegmentInfo) -> None:
+        """Every object recorded for ``seg``: its offloaded copy and any attempt's."""
+        if seg.offload is None:
+            return
         try:
-            await asyncio.to_thread(tier.offloader.delete, self.name, segment_id)
+            if seg.state is SegmentState.OFFLOADED or seg.offload.get("key"):
+                key = key_of(self.name, seg)
+                tier.reader.forget(key)
+                await asyncio.to_thread(tier.offloader.delete, key)
+            for attempt in attempts.attempts_of(seg):
+                await asyncio.to_thread(
+                    tier.offloader.delete_attempt, self.name, seg.segment_id, attempt
+                )
         except MagnetarError as e:
-            log.warning("object of deleted segment %s of %s stays: %s", segment_id, self.name, e)
+            log.warning(
+                "objects of deleted segment %s of %s stay: %s", seg.segment_id, self.name, e
+            )
 
     def segments(self) -> list[SegmentInfo]:
         return self.storage.segments(self.name)

@@ -97,11 +97,12 @@ async def _open_last_segment(
 
 
 async def _abandon_offloads(meta: MetadataStore, part: PartitionLog) -> None:
-    """An offload interrupted by a crash never finished: the local copy is still the truth."""
+    """An offload interrupted by a crash never finished: the local copy is still the truth.
+    The offload details (the tier's record of its attempts) stay, so that the ledger can
+    find and delete what the cut-off attempt wrote."""
     for seg in part.segments:
         if seg.info.state is SegmentState.OFFLOADING:
             seg.info.state = SegmentState.CLOSED
-            seg.info.offload = None
             await catalog.save_segment(meta, seg)
 
 

@@ -14,7 +14,7 @@ from magnetar.tier.object_store import (
     S3ObjectStore,
     open_object_store,
 )
-from magnetar.tier.offloader import Manifest, Offloader, object_key
+from magnetar.tier.offloader import Manifest, Offloader, key_of, manifest_key, object_key
 from magnetar.tier.reader import OffloadedReader
 
 
@@ -43,6 +43,8 @@ __all__ = [
     "Tier",
     "TierError",
     "UnsupportedEntryFormatError",
+    "key_of",
+    "manifest_key",
     "object_key",
     "open_object_store",
 ]

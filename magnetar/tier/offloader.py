@@ -1,7 +1,13 @@
 """Offloading: a closed segment → one Parquet object plus a manifest, verified.
 
-The object is written under ``<partition path>/<segment id>.parquet`` and its manifest
-beside it (``.manifest.json``). The caller marks the segment OFFLOADED only after
+Each try to offload a segment is an *attempt* with its own id, which the managed ledger
+records in the segment record before anything is uploaded. The attempt's objects live under
+``<partition path>/<segment id>/<attempt>/`` (``data.parquet`` and ``data.manifest.json``;
+a cut-off upload leaves a temporary name beside them), so an abandoned attempt is deleted
+by listing exactly its own prefix — never by guessing which objects of a shared bucket are
+ours (Pulsar's offloaders name objects by a per-attempt UUID for the same reason). Segments
+offloaded before attempts existed keep their old key, ``<partition>/<segment id>.parquet``,
+which the segment record names. The caller marks the segment OFFLOADED only after
 :meth:`Offloader.offload` returns, i.e. after the object was read back and its row count
 and checksum matched (DESIGN.md decision 4); on any failure the segment stays local.
 """
@@ -50,8 +56,26 @@ class Manifest:
         return cls(**json.loads(raw))
 
 
-def object_key(partition: str, segment_id: int) -> str:
-    return f"{partition}/{segment_id:020d}.parquet"
+def object_key(partition: str, segment_id: int, attempt: str | None = None) -> str:
+    """The Parquet object of ``attempt``; without one, the key used before attempts."""
+    if attempt is None:
+        return f"{partition}/{segment_id:020d}.parquet"
+    return f"{attempt_prefix(partition, segment_id, attempt)}/data.parquet"
+
+
+def attempt_prefix(partition: str, segment_id: int, attempt: str) -> str:
+    """Every object an attempt writes (temporary ones included) lies under this prefix."""
+    return f"{partition}/{segment_id:020d}/{attempt}"
+
+
+def key_of(partition: str, info: SegmentInfo) -> str:
+    """The object an OFFLOADED segment's record names (older records: the pre-attempt key)."""
+    key = (info.offload or {}).get("key")
+    return str(key) if key else object_key(partition, info.segment_id)
+
+
+def manifest_key(object_key: str) -> str:
+    return object_key.removesuffix(".parquet") + MANIFEST_SUFFIX
 
 
 class Offloader:
@@ -61,8 +85,11 @@ class Offloader:
         self.store = store
         self.row_group_rows = row_group_rows
 
-    def offload(self, partition: str, info: SegmentInfo, entries: Iterable[Entry]) -> Manifest:
-        """Write, read back and verify; returns the manifest (already stored).
+    def offload(
+        self, partition: str, info: SegmentInfo, entries: Iterable[Entry], attempt: str
+    ) -> Manifest:
+        """Write, read back and verify under ``attempt``'s prefix; returns the manifest
+        (already stored).
 
         When this returns, the object and its manifest are durable in the store and the
         object was read back whole (checksum and row count match). When it raises
@@ -80,7 +107,7 @@ class Offloader:
                 f"{info.last_offset} but {table.num_rows} messages were read from it"
             )
         data = self._parquet(table)
-        key = object_key(partition, info.segment_id)
+        key = object_key(partition, info.segment_id, attempt)
         manifest = Manifest(
             segment_id=info.segment_id,
             partition=partition,
@@ -97,7 +124,7 @@ class Offloader:
         )
         self.store.put(key, data)
         self.verify(manifest)
-        self.store.put(key.removesuffix(".parquet") + MANIFEST_SUFFIX, manifest.to_bytes())
+        self.store.put(manifest_key(key), manifest.to_bytes())
         return manifest
 
     def _parquet(self, table: pa.Table) -> bytes:
@@ -127,8 +154,12 @@ class Offloader:
                 f"{manifest.object_key}: {rows} rows read back, {manifest.row_count} written"
             )
 
-    def delete(self, partition: str, segment_id: int) -> None:
-        """Delete a segment's object and manifest (missing ones are fine)."""
-        key = object_key(partition, segment_id)
+    def delete(self, key: str) -> None:
+        """Delete an object and its manifest (missing ones are fine)."""
         self.store.delete(key)
-        self.store.delete(key.removesuffix(".parquet") + MANIFEST_SUFFIX)
+        self.store.delete(manifest_key(key))
+
+    def delete_attempt(self, partition: str, segment_id: int, attempt: str) -> None:
+        """Delete everything ``attempt`` wrote, finished or not (missing is fine)."""
+        for key in self.store.list(attempt_prefix(partition, segment_id, attempt)):
+            self.store.delete(key)

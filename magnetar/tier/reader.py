@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 from magnetar.storage import Entry, SegmentInfo
 from magnetar.tier.errors import ObjectStoreUnavailableError
 from magnetar.tier.object_store import ObjectStore
-from magnetar.tier.offloader import object_key
+from magnetar.tier.offloader import key_of
 from magnetar.tier.parquet import table_to_entries
 
 PREFETCH = 3
@@ -47,7 +47,7 @@ class OffloadedReader:
 
     def read(self, partition: str, info: SegmentInfo, offset: int, max_entries: int) -> list[Entry]:
         """Entries from the one holding ``offset`` on, within this segment."""
-        key = object_key(partition, info.segment_id)
+        key = key_of(partition, info)
         footer = self._footer(key)
         group = max(bisect.bisect_right(footer.firsts, offset) - 1, 0)
         out: list[Entry] = []
@@ -61,7 +61,7 @@ class OffloadedReader:
 
     def find_time(self, partition: str, info: SegmentInfo, ts: int) -> int | None:
         """The first offset of the segment published at or after ``ts`` (ms), or None."""
-        key = object_key(partition, info.segment_id)
+        key = key_of(partition, info)
         try:
             with self.store.open(key) as f:
                 table = pq.read_table(f, columns=["offset", "publish_time"])
@@ -124,9 +124,8 @@ class OffloadedReader:
             ) from None
         return list(table_to_entries(table, segment_id))
 
-    def forget(self, partition: str, segment_id: int) -> None:
-        """Drop cached data of a deleted segment."""
-        key = object_key(partition, segment_id)
+    def forget(self, key: str) -> None:
+        """Drop cached data of a deleted object."""
         with self._lock:
             self._footers.pop(key, None)
             for k in [k for k in self._groups if k[0] == key]:

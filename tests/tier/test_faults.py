@@ -8,13 +8,11 @@ and a later retry succeeds.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
 from pathlib import Path
 
 import pytest
 
-from magnetar.broker import Broker, BrokerSettings
-from magnetar.broker.offload import OffloadService
 from magnetar.storage import SegmentState
 from magnetar.testing.faults import FaultyObjectStore
 from magnetar.testing.processes import PythonChild
@@ -26,10 +24,12 @@ from magnetar.tier import (
     OffloadVerificationError,
     S3ObjectStore,
     TierError,
+    key_of,
+    manifest_key,
     object_key,
 )
 from magnetar.tier.object_store import TMP_MARK
-from magnetar.tier.offloader import MANIFEST_SUFFIX
+from magnetar.tier.offloader import attempt_prefix
 from tests.tier import offload_child
 from tests.tier.rig import OpenRig, Rig, append_mixed, expected_messages, messages, read_all
 
@@ -39,18 +39,18 @@ def faulty(tmp_path: Path) -> FaultyObjectStore:
     return FaultyObjectStore(LocalObjectStore(tmp_path / "tier"))
 
 
-def manifest_key(partition: str, segment_id: int) -> str:
-    return object_key(partition, segment_id).removesuffix(".parquet") + MANIFEST_SUFFIX
-
-
 def segment_objects(rig: Rig, segment_id: int) -> list[str]:
-    name = rig.ledger.name
-    return sorted([object_key(name, segment_id), manifest_key(name, segment_id)])
+    """The object and manifest an OFFLOADED segment's record names."""
+    key = key_of(rig.ledger.name, rig.segment(segment_id))
+    return sorted([key, manifest_key(key)])
 
 
 async def assert_still_local_and_whole(rig: Rig, segment_id: int, entries: int) -> None:
     seg = rig.segment(segment_id)
-    assert (seg.state, seg.local, seg.offload) == (SegmentState.CLOSED, True, None)
+    assert (seg.state, seg.local) == (SegmentState.CLOSED, True)
+    # Nothing offloaded; at most the failed attempt stays recorded, when even deleting
+    # what it wrote failed (the store is unreachable), for a later cleanup.
+    assert seg.offload is None or set(seg.offload) == {"attempts"}
     assert messages(await read_all(rig.ledger)) == expected_messages(entries)
 
 
@@ -159,24 +159,9 @@ async def test_an_offload_cut_off_by_a_crash_is_undone_at_the_next_start(
 # -- SIGKILL during an offload -------------------------------------------------------------------
 
 
-@pytest.fixture
-async def broker_of() -> AsyncIterator[list[Broker]]:
-    brokers: list[Broker] = []
-    yield brokers
-    for broker in brokers:
-        await broker.aclose()
-
-
-async def cleanup(rig: Rig, brokers: list[Broker]) -> int:
-    """What the standalone node does at start: OffloadService.cleanup_orphans."""
-    broker = Broker(rig.meta, rig.engine, BrokerSettings(), rig.tier)
-    brokers.append(broker)
-    return await OffloadService(broker, interval=60).cleanup_orphans()
-
-
 @pytest.mark.parametrize("stage", offload_child.STAGES)
 async def test_sigkill_during_an_offload_leaves_the_segment_local_or_verified(
-    tmp_path: Path, open_rig: OpenRig, broker_of: list[Broker], stage: str
+    tmp_path: Path, open_rig: OpenRig, stage: str
 ) -> None:
     root = tmp_path / "node"
     stderr = tmp_path / "child.stderr"
@@ -189,66 +174,70 @@ async def test_sigkill_during_an_offload_leaves_the_segment_local_or_verified(
 
     store = LocalObjectStore(root / "tier")
     leftovers = store.list()
+    # Opening the ledger deletes what the cut-off attempt wrote: it was recorded first.
     rig = await open_rig(store, settings=offload_child.rig_settings(root / "data"))
     first, second = [s for s in rig.ledger.segments()][:2]
     assert second.state is SegmentState.CLOSED and second.local
     if first.state is SegmentState.OFFLOADED:  # verified: the manifest's object reads back
         assert stage in ("offloaded", "dropped")
         assert first.local is (stage == "offloaded")
-        manifest = Manifest.from_bytes(store.get(manifest_key(rig.ledger.name, first.segment_id)))
+        key = key_of(rig.ledger.name, first)
+        manifest = Manifest.from_bytes(store.get(manifest_key(key)))
         rig.tier.offloader.verify(manifest)
         assert first.offload is not None and first.offload["sha256"] == manifest.sha256
+        assert store.list() == leftovers == segment_objects(rig, first.segment_id)
     else:
         assert stage in ("upload", "verify")
         assert (first.state, first.local, first.offload) == (SegmentState.CLOSED, True, None)
         assert leftovers, "the cut-off offload left nothing to clean up"
+        assert store.list() == []
     assert messages(await read_all(rig.ledger)) == expected_messages(offload_child.ENTRIES)
-
-    removed = await cleanup(rig, broker_of)
-    vouched = (
-        segment_objects(rig, first.segment_id) if first.state is SegmentState.OFFLOADED else []
-    )
-    assert store.list() == vouched
-    assert removed == len(leftovers) - len(vouched)
     if first.state is SegmentState.CLOSED:
         assert (await rig.ledger.offload(first.segment_id)).state is SegmentState.OFFLOADED
 
 
-async def test_cleanup_keeps_exactly_the_objects_segment_records_vouch_for(
-    open_rig: OpenRig, broker_of: list[Broker]
-) -> None:
+async def test_cleanup_deletes_recorded_attempts_and_nothing_else(open_rig: OpenRig) -> None:
+    """A bucket may be shared (no prefix, several clusters): objects this ledger did not
+    record — even ones that look exactly like its own — are never deleted."""
     rig = await open_rig()
     await append_mixed(rig.ledger, 12)
     offloaded, closed = [s.segment_id for s in rig.in_state(SegmentState.CLOSED)]
     await rig.ledger.offload(offloaded)
     store, name = rig.tier.store, rig.ledger.name
-    kept = store.list()
-    strays = [
-        object_key(name, closed),  # a segment reverted to CLOSED after a crash
-        manifest_key(name, closed),
-        object_key(name, closed) + f"{TMP_MARK}1234-abcd",  # a cut-off upload
-        object_key(name, offloaded) + f"{TMP_MARK}1234-abcd",  # not OFFLOADING any more
-        object_key("public/default/deleted-topic", 3),  # a partition that is gone
+    ours = store.list()
+    # An attempt this ledger recorded and abandoned (its objects survived a failed delete).
+    abandoned = "feedfacecafe0001"
+    prefix = attempt_prefix(name, closed, abandoned)
+    store.put(f"{prefix}/data.parquet{TMP_MARK}1234-abcd", b"cut off")
+    await rig.engine.update_segment(name, closed, offload={"attempts": [abandoned]})
+    strangers = [
+        object_key(name, closed),  # another cluster's segment with the same name and id
+        object_key(name, offloaded) + f"{TMP_MARK}1234-abcd",
+        attempt_prefix(name, closed, "0123456789abcdef") + "/data.parquet",  # not recorded
+        object_key("public/default/another-topic", 3),
         "junk/readme.txt",
     ]
-    for key in strays:
-        store.put(key, b"leftover")
-    assert await cleanup(rig, broker_of) == len(strays)
-    assert store.list() == kept == segment_objects(rig, offloaded)
+    for key in strangers:
+        store.put(key, b"not ours")
+    assert await rig.ledger.clean_abandoned() == 1
+    assert store.list() == sorted([*ours, *strangers])
+    assert rig.segment(closed).offload is None
+    assert ours == segment_objects(rig, offloaded)
     await rig.ledger.drop_local_copy(offloaded)
     assert messages(await read_all(rig.ledger)) == expected_messages(12)
 
 
 async def test_cleanup_at_run_time_spares_an_upload_in_flight(
-    open_rig: OpenRig, faulty: FaultyObjectStore, broker_of: list[Broker]
+    open_rig: OpenRig, faulty: FaultyObjectStore
 ) -> None:
-    """A temporary object is vouched for while its segment is OFFLOADING."""
+    """The attempt being uploaded right now is live: cleanup leaves it alone."""
     rig = await open_rig(faulty)
     await append_mixed(rig.ledger, 7)
     [sid] = [s.segment_id for s in rig.in_state(SegmentState.CLOSED)]
-    faulty.put(object_key(rig.ledger.name, sid) + f"{TMP_MARK}in-flight", b"half")
-    await rig.engine.update_segment(rig.ledger.name, sid, state=SegmentState.OFFLOADING)
-    assert await cleanup(rig, broker_of) == 0
-    await rig.engine.update_segment(rig.ledger.name, sid, state=SegmentState.CLOSED)
-    assert await cleanup(rig, broker_of) == 1
-    assert faulty.list() == []
+    gate = faulty.block("get")  # hold the offload at its verification read
+    offload = asyncio.create_task(rig.ledger.offload(sid))
+    await asyncio.to_thread(gate.reached.wait, 30)
+    assert await rig.ledger.clean_abandoned() == 0
+    gate.release()
+    assert (await offload).state is SegmentState.OFFLOADED
+    assert faulty.list() == segment_objects(rig, sid)

@@ -21,9 +21,9 @@ from magnetar.tier import (
     LocalObjectStore,
     OffloadVerificationError,
     UnsupportedEntryFormatError,
-    object_key,
+    key_of,
+    manifest_key,
 )
-from magnetar.tier.offloader import MANIFEST_SUFFIX
 from tests.tier.rig import (
     OpenRig,
     Rig,
@@ -125,7 +125,7 @@ async def test_the_parquet_object_has_the_design_columns_in_offset_order(
     await append_mixed(rig.ledger, 11)
     [first, second] = await offload_all(rig, drop=False)
     segment = rig.segment(second)
-    path = tmp_path / "tier" / object_key(rig.ledger.name, second)
+    path = tmp_path / "tier" / key_of(rig.ledger.name, rig.segment(second))
     table = pq.read_table(path)  # plain pyarrow, straight from the file
     assert table.column_names[: len(DESIGN_COLUMNS)] == DESIGN_COLUMNS
     offsets = table.column("offset").to_pylist()
@@ -146,7 +146,7 @@ async def test_the_parquet_object_has_the_design_columns_in_offset_order(
             want.event_time * 1000,
         )
     manifest = json.loads(
-        path.with_name(path.name.replace(".parquet", MANIFEST_SUFFIX)).read_bytes()
+        (tmp_path / "tier" / manifest_key(key_of(rig.ledger.name, segment))).read_bytes()
     )
     assert manifest["row_count"] == len(rows) == parquet.metadata.num_rows
     assert manifest["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
@@ -158,7 +158,7 @@ async def test_row_groups_never_split_an_entry(open_rig: OpenRig, tmp_path: Path
     rig = await open_rig(row_group_rows=2)
     await append_mixed(rig.ledger, 11)
     for sid in await offload_all(rig, drop=False):
-        parquet = pq.ParquetFile(tmp_path / "tier" / object_key(rig.ledger.name, sid))
+        parquet = pq.ParquetFile(tmp_path / "tier" / key_of(rig.ledger.name, rig.segment(sid)))
         assert parquet.metadata.num_row_groups > 1
         for g in range(parquet.metadata.num_row_groups):
             group = parquet.read_row_group(g, columns=["offset", "entry_offset"])
@@ -213,11 +213,12 @@ async def test_retention_deletes_offloaded_objects_with_their_segments(open_rig:
     await append_mixed(rig.ledger, 23)
     ids = await offload_all(rig)
     keep = rig.segment(ids[2])
+    keys = [key_of(rig.ledger.name, rig.segment(sid)) for sid in ids]
     deleted = await rig.ledger.trim(keep.first_offset)
     assert [s.segment_id for s in deleted] == ids[:2]
-    for sid in ids[:2]:
-        assert not rig.tier.store.exists(object_key(rig.ledger.name, sid))
-    assert rig.tier.store.exists(object_key(rig.ledger.name, ids[2]))
+    for key in keys[:2]:
+        assert not rig.tier.store.exists(key)
+    assert rig.tier.store.exists(keys[2])
     assert rig.ledger.start_offset == keep.first_offset
     with pytest.raises(OffsetOutOfRangeError):
         await rig.ledger.read(0)
@@ -255,6 +256,7 @@ async def test_a_read_in_flight_when_retention_deletes_its_object_gets_out_of_ra
     await append_mixed(rig.ledger, 12)
     ids = await offload_all(rig)
     rig = await reopen(rig, open_rig)  # cold reader caches
+    first_key = key_of(rig.ledger.name, rig.segment(ids[0]))
     gate = store.block("open")
     read = asyncio.create_task(rig.ledger.read(1))  # positioned in the first segment
     assert await asyncio.to_thread(gate.reached.wait, 30)
@@ -263,7 +265,7 @@ async def test_a_read_in_flight_when_retention_deletes_its_object_gets_out_of_ra
     gate.release()
     with pytest.raises(OffsetOutOfRangeError, match="deleted by retention"):
         await read
-    assert not store.exists(object_key(rig.ledger.name, ids[0]))
+    assert not store.exists(first_key)
     with pytest.raises(OffsetOutOfRangeError):
         await rig.ledger.read(1)
 
@@ -307,7 +309,7 @@ async def test_the_offloader_refuses_entries_that_do_not_cover_the_segment(
     own = [e for e in entries if e.segment_id == seg.segment_id]
     for partial in (own[:-1], own[1:]):
         with pytest.raises(OffloadVerificationError, match="were read from it"):
-            rig.tier.offloader.offload(rig.ledger.name, seg, partial)
+            rig.tier.offloader.offload(rig.ledger.name, seg, partial, "attempt-1")
     assert rig.tier.store.list() == []
-    manifest = rig.tier.offloader.offload(rig.ledger.name, seg, own)
+    manifest = rig.tier.offloader.offload(rig.ledger.name, seg, own, "attempt-2")
     assert manifest.row_count == seg.end_offset - seg.first_offset

@@ -11,9 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from magnetar.storage import SegmentState
-from magnetar.tier import ObjectNotFoundError, ObjectStore, object_key
+from magnetar.tier import ObjectNotFoundError, ObjectStore, key_of, manifest_key, object_key
 from magnetar.tier.object_store import TMP_MARK
-from magnetar.tier.offloader import MANIFEST_SUFFIX
 from tests.tier.rig import OpenRig, append_mixed, messages, read_all, reopen
 
 
@@ -86,8 +85,8 @@ def test_list_gives_every_key_under_a_prefix_sorted(store: ObjectStore) -> None:
 
 
 def test_segment_object_keys_round_trip(store: ObjectStore) -> None:
-    key = object_key("tenant-1/ns.x/topic_y-partition-3", 42)
-    assert key == "tenant-1/ns.x/topic_y-partition-3/00000000000000000042.parquet"
+    key = object_key("tenant-1/ns.x/topic_y-partition-3", 42, "0a1b2c")
+    assert key == "tenant-1/ns.x/topic_y-partition-3/00000000000000000042/0a1b2c/data.parquet"
     store.put(key, b"parquet bytes")
     assert store.list("tenant-1/ns.x") == [key]
     assert store.get(key) == b"parquet bytes"
@@ -111,6 +110,6 @@ async def test_offload_and_read_back_through_a_managed_ledger(
     rig = await reopen(rig, open_rig)
     assert [s.local for s in rig.ledger.segments()] == [False] * 4 + [True]
     assert messages(await read_all(rig.ledger)) == before
-    parquet = [object_key(rig.ledger.name, s.segment_id) for s in closed]
-    manifests = [k.removesuffix(".parquet") + MANIFEST_SUFFIX for k in parquet]
+    parquet = [key_of(rig.ledger.name, rig.segment(s.segment_id)) for s in closed]
+    manifests = [manifest_key(k) for k in parquet]
     assert store.list() == sorted(parquet + manifests)
