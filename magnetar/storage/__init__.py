@@ -9,6 +9,7 @@ from magnetar.storage.engine import EngineStats, StorageEngine
 from magnetar.storage.errors import (
     CorruptionError,
     DiskFullError,
+    InvalidEntryError,
     OffsetOutOfRangeError,
     PartitionNotFoundError,
     SegmentNotLocalError,
@@ -23,6 +24,7 @@ __all__ = [
     "DiskFullError",
     "EngineStats",
     "Entry",
+    "InvalidEntryError",
     "OffsetOutOfRangeError",
     "PartitionNotFoundError",
     "SegmentInfo",

@@ -32,7 +32,7 @@ from magnetar.storage.errors import PartitionNotFoundError, StorageError
 from magnetar.storage.fileio import as_storage_error, fsync_dir, writev_all
 from magnetar.storage.journal import Journal, remove_before
 from magnetar.storage.partition import PartitionLog
-from magnetar.storage.records import Entry, encode_header, journal_prefix
+from magnetar.storage.records import Entry, check_header_fields, encode_header, journal_prefix
 from magnetar.storage.recovery import recover
 from magnetar.storage.segment import Segment, SegmentInfo, SegmentState
 
@@ -249,10 +249,11 @@ class StorageEngine:
         is acknowledged and no later offset depends on it: retrying is safe.
         """
         part = self._part(name)
-        if count < 1:
-            raise StorageError(f"count must be >= 1, got {count}")
-        fut: asyncio.Future[Entry] = asyncio.get_running_loop().create_future()
         ts = self.clock.now_ms() if publish_time is None else publish_time
+        # Checked here, never in the flusher: a value the header cannot hold must fail this
+        # append alone, not the flusher task that every other append waits on.
+        check_header_fields(count, ts, event_time, fmt, len(payload))
+        fut: asyncio.Future[Entry] = asyncio.get_running_loop().create_future()
         self._pending.append(_Pending(part, payload, count, ts, event_time, fmt, fut))
         self._wakeup.set()
         return await fut

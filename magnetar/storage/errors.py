@@ -62,3 +62,10 @@ class SegmentNotLocalError(StorageError):
     def __init__(self, message: str, segment_id: int) -> None:
         super().__init__(message)
         self.segment_id = segment_id
+
+
+class InvalidEntryError(StorageError):
+    """An append's values cannot be stored (a timestamp beyond int64, say); nothing was
+    written and the same call will fail again."""
+
+    code = "storage.invalid_entry"

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import crc32c
 
+from magnetar.storage.errors import InvalidEntryError
+
 VERSION = 1
 ENTRY_HEADER = struct.Struct(">IIBBHqiqq")
 ENTRY_HEADER_SIZE = ENTRY_HEADER.size  # 40
@@ -72,6 +74,29 @@ def encode_header(
     rest = _AFTER_CRC.pack(VERSION, fmt, 0, base_offset, count, publish_time, event_time)
     crc = crc32c.crc32c(payload, crc32c.crc32c(rest))
     return struct.pack(">II", ENTRY_HEADER_SIZE - 4 + len(payload), crc) + rest
+
+
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def check_header_fields(
+    count: int, publish_time: int, event_time: int, fmt: int, size: int
+) -> None:
+    """Raise InvalidEntryError unless an entry header can hold these values."""
+    problems = [
+        f"count {count} is not within 1..{(1 << 31) - 1}" if not 0 < count < 1 << 31 else "",
+        f"publish time {publish_time} does not fit in int64"
+        if not _INT64[0] <= publish_time <= _INT64[1]
+        else "",
+        f"event time {event_time} does not fit in int64"
+        if not _INT64[0] <= event_time <= _INT64[1]
+        else "",
+        f"format {fmt} is not within 0..255" if not 0 <= fmt < 256 else "",
+        f"payload of {size} bytes exceeds {MAX_ENTRY_SIZE}" if size > MAX_ENTRY_SIZE else "",
+    ]
+    problem = "; ".join(p for p in problems if p)
+    if problem:
+        raise InvalidEntryError(f"entry refused: {problem}")
 
 
 def journal_prefix(partition_id: int, header: bytes) -> bytes:

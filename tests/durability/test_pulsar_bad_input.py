@@ -328,6 +328,27 @@ def test_bad_checksum_gets_send_error_and_is_not_stored(standalone: StandalonePr
         assert read_all(client, topic) == [b"intact"]
 
 
+@pytest.mark.parametrize("field", ["publish_time", "event_time"])
+def test_a_time_beyond_int64_fails_that_message_only(
+    standalone: StandaloneProcess, field: str
+) -> None:
+    """Pulsar sends times as uint64; one ≥ 2^63 used to end the storage flusher and hang
+    every later append of the node. Now that message alone is refused."""
+    topic = fresh_topic("uint64-time")
+    with raw_connection(standalone) as raw:
+        name = raw.create_producer(topic, producer_id=1)
+        cmd, metadata = _send_parts(1, 0, name)
+        setattr(metadata, field, 1 << 63)
+        raw.send(encode_payload_command(cmd, metadata, b"from the far future"))
+        error = raw.expect(T.SEND_ERROR).send_error
+        assert (error.sequence_id, error.error) == (0, pb.ServerError.ChecksumError)
+        assert field in error.message
+        raw.send(send_frame(1, 1, name, b"intact"))
+        assert raw.expect(T.SEND_RECEIPT).send_receipt.message_id.entry_id >= 0
+    with pulsar_client(standalone) as client:
+        assert read_all(client, topic) == [b"intact"]
+
+
 def test_send_for_unknown_producer_gets_send_error(standalone: StandaloneProcess) -> None:
     topic = fresh_topic("unknown-producer")
     with raw_connection(standalone) as raw:

@@ -18,6 +18,7 @@ from magnetar.broker.schemas import SchemaInfo
 from magnetar.core.ids import MessageId
 from magnetar.protocols.pulsar import entry_format, responses
 from magnetar.protocols.pulsar._proto import pulsar_api_pb2 as pb
+from magnetar.protocols.pulsar.errors import MessageRefusedError
 from magnetar.protocols.pulsar.frames import Frame
 from magnetar.protocols.pulsar.handles import ConsumerHandle, ProducerHandle
 from magnetar.protocols.pulsar.message_ids import from_wire
@@ -143,6 +144,7 @@ class Commands:
             self.conn.write(responses.send_error(cmd.producer_id, cmd.sequence_id, code, text))
             return
         md = payload.metadata
+        _check_times(md)
         count = cmd.num_messages if cmd.HasField("num_messages") else 1
         result = await handle.topic.publish(
             handle.producer,
@@ -422,3 +424,17 @@ def _start_offset(ledger: Any, mid: MessageId) -> int:
 def _entry_offset(ledger: Any, mid: MessageId) -> int:
     """The base offset of the entry that ``mid`` names (its batch index left out)."""
     return int(ledger.offset_of(MessageId(mid.ledger_id, mid.entry_id)))
+
+
+INT64_MAX = (1 << 63) - 1
+
+
+def _check_times(md: pb.MessageMetadata) -> None:
+    """Pulsar sends times as uint64; the log keeps int64 milliseconds."""
+    for field in ("publish_time", "event_time"):
+        value = getattr(md, field)
+        if value > INT64_MAX:
+            raise MessageRefusedError(
+                f"message refused: {field} {value} is beyond the largest time the log can "
+                f"hold ({INT64_MAX} ms); send milliseconds since the epoch"
+            )

@@ -49,6 +49,15 @@ class MalformedFrameError(ProtocolError):
         self.command = command
 
 
+class MessageRefusedError(ProtocolError):
+    """A well-formed SEND whose message cannot be stored as sent (a timestamp beyond what the
+    log can hold, say). Answered with SEND_ERROR ServerError.ChecksumError: the one error on
+    which the C++ client fails that message alone and keeps the producer (any other error
+    makes it reconnect and resend the same message forever)."""
+
+    code = "pulsar.message_refused"
+
+
 class ChecksumError(ProtocolError):
     """The CRC32C of a SEND or MESSAGE frame does not match its metadata and payload.
 

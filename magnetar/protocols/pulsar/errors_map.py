@@ -5,6 +5,7 @@ from __future__ import annotations
 from magnetar.broker import errors as be
 from magnetar.core.errors import InvalidNameError, MagnetarError
 from magnetar.protocols.pulsar._proto import pulsar_api_pb2 as pb
+from magnetar.protocols.pulsar.errors import MessageRefusedError
 from magnetar.storage import StorageError
 
 _MAP: list[tuple[type[MagnetarError], pb.ServerError]] = [
@@ -17,6 +18,7 @@ _MAP: list[tuple[type[MagnetarError], pb.ServerError]] = [
     (be.IncompatibleSchemaError, pb.ServerError.IncompatibleSchema),
     (be.InvalidRequestError, pb.ServerError.NotAllowedError),
     (InvalidNameError, pb.ServerError.InvalidTopicName),
+    (MessageRefusedError, pb.ServerError.ChecksumError),
     (StorageError, pb.ServerError.PersistenceError),
 ]
 
