@@ -28,7 +28,7 @@ from magnetar.core.config import Settings, check_writable
 from magnetar.core.errors import ClosedError, MagnetarError
 from magnetar.meta import MetadataStore
 from magnetar.storage import catalog
-from magnetar.storage.errors import PartitionNotFoundError, StorageError
+from magnetar.storage.errors import PartitionNotFoundError, StorageError, WriteFailedError
 from magnetar.storage.fileio import as_storage_error, fsync_dir, writev_all
 from magnetar.storage.journal import Journal, remove_before
 from magnetar.storage.partition import PartitionLog
@@ -268,13 +268,29 @@ class StorageEngine:
                 continue
             batch, self._pending = self._pending, []
             async with self._io_lock:
-                await self._flush(batch)
+                await self._flush_or_fail(batch)
                 try:
                     await self._maintain({p.partition for p in batch})
-                except (OSError, MagnetarError) as e:
+                except Exception as e:
                     # A roll or checkpoint failed (disk full ...): acknowledged data is safe
                     # in the journal; appends go on and maintenance retries after the next.
-                    log.error("storage maintenance failed, will retry: %s", e)
+                    log.error(
+                        "storage maintenance failed, will retry: %s",
+                        e,
+                        exc_info=not isinstance(e, OSError | MagnetarError),
+                    )
+
+    async def _flush_or_fail(self, batch: list[_Pending]) -> None:
+        """Flush one group; whatever goes wrong fails this group's appends and never the
+        flusher, which every later append of the node waits on."""
+        try:
+            await self._flush(batch)
+        except Exception as e:
+            log.exception("an append group failed unexpectedly; its appends get the error")
+            error = WriteFailedError(f"append failed: {type(e).__name__}: {e}")
+            for p in batch:
+                if not p.future.done():
+                    p.future.set_exception(error)
 
     def _prepare(self, batch: list[_Pending]) -> _Batch:
         plan = _Batch()
@@ -297,13 +313,15 @@ class StorageEngine:
         starts: dict[PartitionLog, int] = {}
         for p in batch:
             starts.setdefault(p.partition, p.partition.next_offset)
-        plan = self._prepare(batch)
         loop = asyncio.get_running_loop()
         try:
+            plan = self._prepare(batch)
             await loop.run_in_executor(self._writer, self._write, plan)
-        except OSError as e:
+        except Exception as e:
             for part, start in starts.items():
                 part.next_offset = start  # nothing of the batch exists: reuse its offsets
+            if not isinstance(e, OSError):
+                raise  # a bug, not the disk: _flush_or_fail logs it and fails the group
             error = as_storage_error(e, "append failed")
             for p in batch:
                 if not p.future.done():
@@ -325,14 +343,14 @@ class StorageEngine:
         assert journal is not None
         start = journal.write(plan.journal)
         written: list[tuple[Segment, int]] = []
-        try:
+        try:  # any failure, not only an OSError, takes the group back off the files
             if self.settings.fsync.mode == "always":
                 journal.sync()
                 self.stats.fsyncs += 1
             for seg, buffers in plan.segments.items():
                 written.append((seg, seg.info.size))
                 writev_all(seg.write_fd, buffers)
-        except OSError:
+        except BaseException:
             for seg, size in written:
                 os.ftruncate(seg.write_fd, size)
             journal.truncate(start)
