@@ -147,6 +147,8 @@ class TopicAdmin:
             "type": _type_name(sub.type),
             "msgBacklog": sub.backlog,
             "isDurable": sub.durable,
+            # Magnetar's own: messages retention deleted before this subscription read them.
+            "msgSkippedByRetention": sub.skipped_by_retention,
             "unackedMessages": sum(len(c.pending) for c in sub.consumers),
             "consumers": [
                 {

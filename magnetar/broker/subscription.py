@@ -28,7 +28,7 @@ from magnetar.broker.cursor import Cursor, CursorStore
 from magnetar.broker.errors import ConsumerBusyError
 from magnetar.core.ids import MessageId
 from magnetar.ledger import ManagedLedger
-from magnetar.storage import Entry
+from magnetar.storage import Entry, OffsetOutOfRangeError
 
 log = logging.getLogger(__name__)
 READ_BATCH = 500
@@ -104,6 +104,7 @@ class Subscription:
         self._epoch = 0  # bumped by seek: reads started before it are stale
         self._seeking: asyncio.Future[None] | None = None
         self._remove_listener = ledger.on_append(self.kick)
+        self.skipped_by_retention = 0  # messages deleted before this subscription read them
 
     # -- membership ---------------------------------------------------------------------
 
@@ -275,11 +276,39 @@ class Subscription:
             self._again = False
             try:
                 await self._dispatch()
+            except OffsetOutOfRangeError:
+                if not self._skip_trimmed():
+                    raise
+                self._again = True  # moved to the first retained offset: go on from there
             except Exception:
                 log.exception(
                     "dispatch failed for subscription %s of %s", self.name, self.ledger.name
                 )
                 return
+
+    def _skip_trimmed(self) -> bool:
+        """Retention deleted messages this subscription had not reached: move past them, as
+        Pulsar moves cursors past deleted ledgers, and count them. False if nothing moved."""
+        start = self.ledger.start_offset
+        if self.read_position >= start and self.cursor.mark_delete >= start:
+            return False
+        lost = (
+            start
+            - self.cursor.mark_delete
+            - self.cursor.acked_count(self.cursor.mark_delete, start)
+        )
+        self.skipped_by_retention += max(lost, 0)
+        log.warning(
+            "subscription %s of %s skips %d messages deleted by retention; it resumes at %d",
+            self.name,
+            self.ledger.name,
+            lost,
+            start,
+        )
+        self.read_position = max(self.read_position, start)
+        self._replay = {b for b in self._replay if b >= start}
+        self.ack_cumulative(start - 1)
+        return True
 
     async def _dispatch(self) -> None:
         while any(c.permits > 0 for c in self.consumers):
