@@ -4,6 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 DATA_DIR ?= data
+# Debian's ZooKeeper: the cluster metadata store's tests run a real one (one per test run).
+ZOOKEEPER_JAR := /usr/share/java/zookeeper.jar
 PYTEST_ARGS ?=
 
 .PHONY: run test lint typecheck unit bench proto clean
@@ -27,7 +29,11 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-unit: $(STAMP)
+$(ZOOKEEPER_JAR):
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq zookeeper
+
+unit: $(STAMP) $(ZOOKEEPER_JAR)
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 test: lint typecheck unit

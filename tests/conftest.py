@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from magnetar.testing.server import REPO, StandaloneProcess
+from magnetar.testing.zookeeper import ZooKeeperProcess
 
 
 @pytest.fixture(scope="module")
@@ -54,3 +55,14 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         yield session
     finally:
         session.stop()
+
+
+@pytest.fixture(scope="session")
+def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperProcess]:
+    """One real ZooKeeper per test run (Debian's package; `make test` installs it). Tests
+    keep apart by using a chroot of their own."""
+    server = ZooKeeperProcess(tmp_path_factory.mktemp("zookeeper")).start()
+    try:
+        yield server
+    finally:
+        server.stop()

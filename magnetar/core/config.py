@@ -228,9 +228,11 @@ def _validate(s: Settings) -> None:
         raise ConfigError(
             "kafka_namespace", f"expected tenant/namespace, got {s.kafka_namespace!r}"
         )
-    if not (s.metadata_url == "" or s.metadata_url.startswith(("sqlite://", "memory:"))):
+    if not (s.metadata_url == "" or s.metadata_url.startswith(("sqlite://", "memory:", "zk://"))):
         raise ConfigError(
-            "metadata_url", f"unsupported store {s.metadata_url!r}: use sqlite:///PATH"
+            "metadata_url",
+            f"unsupported store {s.metadata_url!r}: use sqlite:///PATH or "
+            "zk://HOST:PORT[,HOST:PORT]/CHROOT",
         )
 
 

@@ -1,6 +1,6 @@
 """Tier 1: the metadata store. Every piece of metadata goes through :class:`MetadataStore`."""
 
-from magnetar.meta.base import MetadataStore, Notification, Stat, Versioned
+from magnetar.meta.base import MetadataStore, Notification, SessionState, Stat, Versioned
 from magnetar.meta.counters import reserve_block
 from magnetar.meta.errors import BadVersionError, MetadataError, NodeExistsError, NotFoundError
 
@@ -11,6 +11,7 @@ __all__ = [
     "NodeExistsError",
     "NotFoundError",
     "Notification",
+    "SessionState",
     "Stat",
     "Versioned",
     "open_metadata_store",

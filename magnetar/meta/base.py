@@ -21,6 +21,7 @@ Contract (every backend runs ``tests/meta/test_contract.py``):
 from __future__ import annotations
 
 import abc
+import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -43,6 +44,14 @@ class Versioned:
 class Notification:
     path: str
     kind: Literal["created", "modified", "deleted"]
+
+
+class SessionState(enum.Enum):
+    """A cluster metadata store's session (ZooKeeper): what owners of ephemeral nodes act on."""
+
+    CONNECTED = "connected"  # the session is alive; ephemeral nodes stand
+    SUSPENDED = "suspended"  # cut off; the session may still be alive
+    LOST = "lost"  # expired (or cut off past its timeout): its ephemeral nodes are gone
 
 
 @dataclass(frozen=True, slots=True)

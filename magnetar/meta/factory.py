@@ -12,9 +12,11 @@ from magnetar.meta.sqlite import SqliteMetadataStore
 
 SQLITE_SCHEME = "sqlite:///"
 MEMORY_URL = "memory:"
+ZOOKEEPER_SCHEME = "zk://"
 _USAGE = (
     "use sqlite:///relative/path.db, sqlite:////absolute/path.db (SQLAlchemy's convention: "
-    "the path is everything after 'sqlite:///'), or memory: for tests"
+    "the path is everything after 'sqlite:///'), zk://host:2181[,host2:2181]/chroot for "
+    "ZooKeeper, or memory: for tests"
 )
 
 
@@ -23,6 +25,7 @@ def open_store(url: str) -> MetadataStore:
 
     - ``sqlite:///data/meta.db`` (relative) or ``sqlite:////var/lib/magnetar/meta.db``
       (absolute): a :class:`SqliteMetadataStore`; missing parent directories are created.
+    - ``zk://host:2181[,host2:2181]/chroot``: a ZooKeeperMetadataStore (needs ``kazoo``).
     - ``memory:``: a :class:`MemoryMetadataStore`, empty and gone with the process.
 
     Raises ConfigError for any other URL, MetadataError if the file cannot be opened.
@@ -31,7 +34,19 @@ def open_store(url: str) -> MetadataStore:
         return MemoryMetadataStore()
     if url.startswith(SQLITE_SCHEME):
         return _open_sqlite(url, Path(url.removeprefix(SQLITE_SCHEME)))
+    if url.startswith(ZOOKEEPER_SCHEME):
+        return _open_zookeeper(url)
     raise ConfigError("metadata_url", f"unsupported URL {url!r}; {_USAGE}")
+
+
+def _open_zookeeper(url: str) -> MetadataStore:
+    try:
+        from magnetar.meta.zookeeper import ZooKeeperMetadataStore
+    except ImportError as e:  # kazoo is an optional dependency
+        raise ConfigError(
+            "metadata_url", f"{url!r} needs the kazoo package: pip install 'magnetar[cluster]'"
+        ) from e
+    return ZooKeeperMetadataStore(url)
 
 
 def _open_sqlite(url: str, path: Path) -> SqliteMetadataStore:

@@ -95,6 +95,14 @@ def is_at_or_under(path: str, prefix: str) -> bool:
     return path == prefix or path.startswith(children_prefix(prefix))
 
 
+def deliver(callback: Watcher, note: Notification) -> None:
+    """Call one watcher; its failure is logged, never raised into the writer."""
+    try:
+        callback(note)
+    except Exception:
+        logger.exception("metadata watcher %r failed on %s", callback, note)
+
+
 class WatchRegistry:
     """The watches of one store handle; callbacks run on the caller's (event loop) thread."""
 
@@ -120,12 +128,8 @@ class WatchRegistry:
         """
         for note in notifications:
             for prefix, callback in list(self._watches):
-                if not is_at_or_under(note.path, prefix):
-                    continue
-                try:
-                    callback(note)
-                except Exception:
-                    logger.exception("metadata watcher %r failed on %s", callback, note)
+                if is_at_or_under(note.path, prefix):
+                    deliver(callback, note)
 
     def clear(self) -> None:
         self._watches.clear()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -11,8 +12,9 @@ import pytest
 from magnetar.meta.base import MetadataStore
 from magnetar.meta.memory import MemoryMetadataStore
 from magnetar.meta.sqlite import SqliteMetadataStore
+from magnetar.meta.zookeeper import ZooKeeperMetadataStore
 
-BACKENDS = ["memory", "sqlite"]
+BACKENDS = ["memory", "sqlite", "zookeeper"]
 
 StoreFactory = Callable[[], MetadataStore]
 
@@ -50,6 +52,11 @@ async def make_store(
         store: MetadataStore
         if request.param == "memory":
             store = MemoryMetadataStore(clock=clock)
+        elif request.param == "zookeeper":
+            zk = request.getfixturevalue("zookeeper")
+            store = ZooKeeperMetadataStore(
+                zk.url(f"/contract-{uuid.uuid4().hex[:12]}"), clock=clock
+            )
         else:
             store = SqliteMetadataStore(tmp_path / f"meta-{next(numbers)}.db", clock=clock)
         opened.append(store)
