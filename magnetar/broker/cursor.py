@@ -11,10 +11,13 @@ from __future__ import annotations
 import asyncio
 import bisect
 import json
+import logging
 from collections.abc import Iterable
 
-from magnetar.meta import MetadataStore
+from magnetar.broker.errors import CursorFencedError
+from magnetar.meta import BadVersionError, MetadataStore, NodeExistsError, NotFoundError
 
+log = logging.getLogger(__name__)
 MAX_PERSISTED_RANGES = 10_000
 
 
@@ -117,17 +120,31 @@ class Cursor:
 
 class CursorStore:
     """Persists one cursor at ``path``, with its subscription's type; bursts of changes
-    become one metadata write."""
+    become one metadata write.
+
+    Every write is a compare-and-set on the version this store last read or wrote, so
+    after a hand-over an old owner can never overwrite the new owner's cursor: its write
+    fails with CursorFencedError and it writes nothing more.
+    """
 
     def __init__(
-        self, meta: MetadataStore, path: str, cursor: Cursor, sub_type: str | None = None
+        self,
+        meta: MetadataStore,
+        path: str,
+        cursor: Cursor,
+        sub_type: str | None = None,
+        *,
+        node_version: int = -1,
     ) -> None:
         self.meta = meta
         self.path = path
         self.cursor = cursor
         self.sub_type = sub_type  # Pulsar's name of the type (EXCLUSIVE, SHARED, ...)
+        self.fenced = False
+        self._node_version = node_version  # -1: the node does not exist yet
         self._written = self._state()
         self._task: asyncio.Task[None] | None = None
+        self._lock = asyncio.Lock()  # one write at a time: each expects the last one's version
 
     @classmethod
     async def load(
@@ -141,7 +158,13 @@ class CursorStore:
             await store.flush()
             return store
         raw = json.loads(node.value)
-        return cls(meta, path, Cursor.from_bytes(node.value), raw.get("type"))
+        return cls(
+            meta,
+            path,
+            Cursor.from_bytes(node.value),
+            raw.get("type"),
+            node_version=node.stat.version,
+        )
 
     def to_bytes(self) -> bytes:
         body = self.cursor.to_dict()
@@ -154,25 +177,47 @@ class CursorStore:
 
     def changed(self) -> None:
         """Schedule a write of the cursor (coalesced with any other pending change)."""
+        if self.fenced:
+            return
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._write_loop())
 
     async def _write_loop(self) -> None:
-        while self._written != self._state():
-            state = self._state()
-            await self.meta.put(self.path, self.to_bytes())
-            self._written = state
+        try:
+            while self._written != self._state():
+                await self._put()
+        except CursorFencedError as e:
+            log.error("%s", e)
 
     async def flush(self) -> None:
-        """Write now; durable when this returns."""
+        """Write now; durable when this returns. Raises CursorFencedError if another owner
+        wrote the cursor since this one last did."""
         if self._task is not None and not self._task.done():
             await self._task
-        state = self._state()
-        await self.meta.put(self.path, self.to_bytes())
-        self._written = state
+        await self._put()
+
+    async def _put(self) -> None:
+        async with self._lock:
+            if self.fenced:
+                raise CursorFencedError(f"cursor {self.path} belongs to another owner now")
+            state = self._state()
+            try:
+                stat = await self.meta.put(
+                    self.path, self.to_bytes(), expected_version=self._node_version
+                )
+            except (BadVersionError, NodeExistsError, NotFoundError) as e:
+                self.fenced = True
+                raise CursorFencedError(
+                    f"cursor {self.path} was changed by another owner (a newer broker of the "
+                    "topic, or a delete); this one stops writing it"
+                ) from e
+            self._node_version = stat.version
+            self._written = state
 
     async def delete(self) -> None:
         if self._task is not None:
             self._task.cancel()
-        if await self.meta.exists(self.path):
-            await self.meta.delete(self.path)
+        async with self._lock:
+            if await self.meta.exists(self.path):
+                await self.meta.delete(self.path)
+            self._node_version = -1

@@ -73,3 +73,10 @@ class SchemaNotFoundError(NotFoundError):
 
 class MessageTooLargeError(BrokerError):
     code = "broker.message_too_large"
+
+
+class CursorFencedError(BrokerError):
+    """Another owner (a newer broker of the topic) wrote this cursor: this one no longer
+    owns the subscription and writes nothing more to it."""
+
+    code = "broker.cursor_fenced"
