@@ -1,14 +1,16 @@
 """Entry formats: how layers that know no wire protocol learn what an entry holds.
 
 An entry is a producer's batch as received (DESIGN.md decision 2); its ``format`` byte says
-which protocol wrote it. Protocol handlers register an :class:`EntryFormat` for the formats
-they write; the broker asks it for dispatch keys and sequence ids, the offloader for the
+which protocol wrote it. Each protocol package has an :class:`EntryFormat` for the format
+it writes, named in ``_CODEC_CLASSES`` below and imported on first use; the broker asks it
+for dispatch keys and sequence ids, the offloader for the
 individual messages (one Parquet row each, or a column per field: :class:`MessageColumns`),
 and readers of offloaded data to rebuild an equivalent entry from those rows.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -136,20 +138,39 @@ class ColumnarFormat(UnpackingFormat, Protocol):
         ...
 
 
+# Which codec reads entries of each format, imported on first use (pyiceberg picks its
+# FileIO implementations the same way). Storage, tier and broker only pass entries along and
+# never import a protocol package, yet Key_Shared dispatch, deduplication and offload find
+# the codec without anyone importing a protocol package for its side effects first.
+_CODEC_CLASSES = {
+    PULSAR: "magnetar.protocols.pulsar.entry_format:PulsarEntryFormat",
+    KAFKA: "magnetar.protocols.kafka.entry_format:KafkaEntryFormat",
+}
 _FORMATS: dict[int, EntryFormat] = {}
 
 
 def register(fmt: int, codec: EntryFormat) -> None:
+    """Use ``codec`` for entries of format ``fmt`` (tests; formats beyond the built-in ones)."""
     _FORMATS[fmt] = codec
 
 
-def key_of(fmt: int, payload: bytes) -> bytes | None:
+def codec_of(fmt: int) -> EntryFormat | None:
+    """The codec of format ``fmt``, or None for a format nobody knows (and RAW)."""
     codec = _FORMATS.get(fmt)
+    if codec is None and fmt in _CODEC_CLASSES:
+        module, _, name = _CODEC_CLASSES[fmt].partition(":")
+        codec = getattr(importlib.import_module(module), name)()
+        _FORMATS[fmt] = codec
+    return codec
+
+
+def key_of(fmt: int, payload: bytes) -> bytes | None:
+    codec = codec_of(fmt)
     return codec.key(payload) if codec else None
 
 
 def sequence_of(fmt: int, payload: bytes) -> Sequence | None:
-    codec = _FORMATS.get(fmt)
+    codec = codec_of(fmt)
     return codec.sequence(payload) if codec else None
 
 
@@ -161,7 +182,7 @@ def unpack(fmt: int, payload: bytes) -> list[MessageRow]:
     """The messages of an entry. Raises UnknownFormatError for a format nobody registered."""
     if fmt == RAW:
         return [MessageRow(payload)]
-    codec = _FORMATS.get(fmt)
+    codec = codec_of(fmt)
     if codec is None or not hasattr(codec, "unpack"):
         raise UnknownFormatError(f"entries of format {fmt} cannot be unpacked into messages")
     rows: list[MessageRow] = codec.unpack(payload)
@@ -173,7 +194,7 @@ def unpack_columns(fmt: int, payload: bytes) -> MessageColumns:
     faster for formats that implement :class:`ColumnarFormat`. Raises as :func:`unpack`."""
     if fmt == RAW:
         return MessageColumns([payload], [None], [{}], [None], [None])
-    codec = _FORMATS.get(fmt)
+    codec = codec_of(fmt)
     if codec is not None and hasattr(codec, "unpack_columns"):
         columns: MessageColumns = codec.unpack_columns(payload)
         return columns
@@ -184,7 +205,7 @@ def pack(fmt: int, rows: Seq[MessageRow], publish_time: int) -> bytes:
     """Rebuild an entry from its rows (the inverse of :func:`unpack`)."""
     if fmt == RAW:
         return rows[0].value
-    codec = _FORMATS.get(fmt)
+    codec = codec_of(fmt)
     if codec is None or not hasattr(codec, "pack"):
         raise UnknownFormatError(f"entries of format {fmt} cannot be rebuilt from messages")
     data: bytes = codec.pack(rows, publish_time)
@@ -194,8 +215,8 @@ def pack(fmt: int, rows: Seq[MessageRow], publish_time: int) -> bytes:
 def pack_columns(fmt: int, messages: MessageColumns, publish_time: int) -> bytes:
     """Rebuild an entry from its messages as columns: ``pack(fmt, messages.rows(), ...)``,
     faster for formats that implement :class:`ColumnarFormat`."""
-    codec = _FORMATS.get(fmt)
-    if fmt != RAW and codec is not None and hasattr(codec, "pack_columns"):
+    codec = codec_of(fmt) if fmt != RAW else None
+    if codec is not None and hasattr(codec, "pack_columns"):
         data: bytes = codec.pack_columns(messages, publish_time)
         return data
     return pack(fmt, messages.rows(), publish_time)

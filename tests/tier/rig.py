@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import magnetar.protocols.pulsar.entry_format  # noqa: F401  (registers the PULSAR format)
 from magnetar.core import formats
 from magnetar.core.config import Settings, build_settings
 from magnetar.ledger import ManagedLedger

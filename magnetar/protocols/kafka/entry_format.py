@@ -88,5 +88,3 @@ class KafkaEntryFormat:
             base_sequence=rows[0].sequence_id if producer_id >= 0 else -1,
         )
 
-
-formats.register(formats.KAFKA, KafkaEntryFormat())

@@ -199,5 +199,3 @@ def _single(row: MessageRow) -> pb.SingleMessageMetadata:
         single.properties.add(key=k, value=v)
     return single
 
-
-formats.register(formats.PULSAR, PulsarEntryFormat())
