@@ -44,11 +44,11 @@ from bench.common import (
     write_json,
 )
 from magnetar.core import formats
+from magnetar.core.entries import Entry
 from magnetar.protocols.pulsar import compression
 from magnetar.protocols.pulsar._proto import pulsar_api_pb2 as pb
 from magnetar.protocols.pulsar.batch import BatchedMessage, build_batch
 from magnetar.protocols.pulsar.frames import pack_payload
-from magnetar.storage import Entry
 from magnetar.tier.parquet import entries_to_table, table_to_entries
 
 PUBLISH_TIME = 1_700_000_000_000

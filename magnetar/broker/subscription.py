@@ -26,9 +26,10 @@ from typing import Protocol
 from magnetar.broker import formats
 from magnetar.broker.cursor import Cursor, CursorStore
 from magnetar.broker.errors import ConsumerBusyError
+from magnetar.core.entries import Entry
 from magnetar.core.ids import MessageId
 from magnetar.ledger import ManagedLedger
-from magnetar.storage import Entry, OffsetOutOfRangeError
+from magnetar.storage import OffsetOutOfRangeError
 
 log = logging.getLogger(__name__)
 READ_BATCH = 500

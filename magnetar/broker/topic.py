@@ -16,10 +16,10 @@ from magnetar.broker.errors import (
     SubscriptionNotFoundError,
 )
 from magnetar.broker.subscription import Subscription, SubType
+from magnetar.core.entries import Entry
 from magnetar.core.names import TopicName
 from magnetar.ledger import ManagedLedger
 from magnetar.meta import MetadataStore
-from magnetar.storage import Entry
 
 
 class AccessMode(enum.IntEnum):

@@ -15,12 +15,12 @@ import logging
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from magnetar.core.entries import Entry
 from magnetar.core.errors import MagnetarError
 from magnetar.core.ids import MessageId
 from magnetar.ledger import offload_attempts as attempts
 from magnetar.ledger.errors import NoObjectStoreError, SegmentNotOffloadableError
 from magnetar.storage import (
-    Entry,
     OffsetOutOfRangeError,
     SegmentInfo,
     SegmentNotLocalError,

@@ -5,6 +5,7 @@ tail cache, recovery. It knows partitions by name and nothing of topics, protoco
 brokers. It sits above ``magnetar.meta``, which holds its segment lists and checkpoints.
 """
 
+from magnetar.core.entries import Entry
 from magnetar.storage.engine import EngineStats, StorageEngine
 from magnetar.storage.errors import (
     CorruptionError,
@@ -16,7 +17,6 @@ from magnetar.storage.errors import (
     StorageError,
     WriteFailedError,
 )
-from magnetar.storage.records import Entry
 from magnetar.storage.segment import SegmentInfo, SegmentState
 
 __all__ = [

@@ -25,6 +25,7 @@ from typing import Any
 
 from magnetar.core.clock import SYSTEM_CLOCK, Clock
 from magnetar.core.config import Settings, check_writable
+from magnetar.core.entries import Entry
 from magnetar.core.errors import ClosedError, MagnetarError
 from magnetar.meta import MetadataStore
 from magnetar.storage import catalog
@@ -32,7 +33,7 @@ from magnetar.storage.errors import PartitionNotFoundError, StorageError, WriteF
 from magnetar.storage.fileio import as_storage_error, fsync_dir, writev_all
 from magnetar.storage.journal import Journal, remove_before
 from magnetar.storage.partition import PartitionLog
-from magnetar.storage.records import Entry, check_header_fields, encode_header, journal_prefix
+from magnetar.storage.records import check_header_fields, encode_header, journal_prefix
 from magnetar.storage.recovery import recover
 from magnetar.storage.segment import Segment, SegmentInfo, SegmentState
 

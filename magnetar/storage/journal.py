@@ -16,9 +16,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from magnetar.core.entries import Entry
 from magnetar.storage.errors import CorruptionError
 from magnetar.storage.fileio import fsync_dir, writev_all
-from magnetar.storage.records import Entry, RecordError, decode_journal_record
+from magnetar.storage.records import RecordError, decode_journal_record
 
 SUFFIX = ".journal"
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import bisect
 from pathlib import Path
 
+from magnetar.core.entries import Entry
 from magnetar.storage.errors import CorruptionError, OffsetOutOfRangeError, SegmentNotLocalError
-from magnetar.storage.records import Entry
 from magnetar.storage.segment import Segment, SegmentState
 from magnetar.storage.tail_cache import TailCache
 

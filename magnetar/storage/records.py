@@ -18,45 +18,22 @@ each payload is checksummed exactly once on the write path.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
 
 import crc32c
 
+from magnetar.core.entries import ENTRY_HEADER_SIZE as _CORE_HEADER_SIZE
+from magnetar.core.entries import Entry
 from magnetar.storage.errors import InvalidEntryError
 
 VERSION = 1
 ENTRY_HEADER = struct.Struct(">IIBBHqiqq")
 ENTRY_HEADER_SIZE = ENTRY_HEADER.size  # 40
+assert ENTRY_HEADER_SIZE == _CORE_HEADER_SIZE  # Entry.stored_size counts on it
 _AFTER_CRC = struct.Struct(">BBHqiqq")
 JOURNAL_PREFIX = struct.Struct(">II")
 JOURNAL_PREFIX_SIZE = JOURNAL_PREFIX.size  # 8
 _PID = struct.Struct(">I")
 MAX_ENTRY_SIZE = 1 << 30
-
-
-@dataclass(frozen=True, slots=True)
-class Entry:
-    """One stored entry: ``count`` messages numbered ``base_offset`` .. ``base_offset+count-1``."""
-
-    base_offset: int
-    count: int
-    publish_time: int
-    event_time: int
-    format: int
-    payload: bytes
-    segment_id: int = -1
-
-    @property
-    def next_offset(self) -> int:
-        return self.base_offset + self.count
-
-    @property
-    def last_offset(self) -> int:
-        return self.base_offset + self.count - 1
-
-    @property
-    def stored_size(self) -> int:
-        return ENTRY_HEADER_SIZE + len(self.payload)
 
 
 class RecordError(ValueError):

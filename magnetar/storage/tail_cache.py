@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import bisect
 
-from magnetar.storage.records import Entry
+from magnetar.core.entries import Entry
 
 
 class TailCache:

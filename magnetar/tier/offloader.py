@@ -25,7 +25,8 @@ from dataclasses import asdict, dataclass
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from magnetar.storage import Entry, SegmentInfo
+from magnetar.core.entries import Entry
+from magnetar.storage import SegmentInfo
 from magnetar.tier.errors import OffloadVerificationError
 from magnetar.tier.object_store import ObjectStore
 from magnetar.tier.parquet import SCHEMA, entries_to_table, entry_boundaries

@@ -20,8 +20,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from magnetar.core import formats
+from magnetar.core.entries import Entry
 from magnetar.core.formats import MessageColumns
-from magnetar.storage import Entry
 from magnetar.tier.errors import UnsupportedEntryFormatError
 
 TS = pa.timestamp("us", tz="UTC")

@@ -18,7 +18,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from magnetar.storage import Entry, SegmentInfo
+from magnetar.core.entries import Entry
+from magnetar.storage import SegmentInfo
 from magnetar.tier.errors import ObjectStoreUnavailableError
 from magnetar.tier.object_store import ObjectStore
 from magnetar.tier.offloader import key_of

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from magnetar.broker import formats
+from magnetar.core.entries import Entry
 from magnetar.protocols.kafka import compression, conversion, legacy, records, wire
 from magnetar.protocols.kafka.entry_format import KafkaEntryFormat
 from magnetar.protocols.kafka.errors import (
@@ -18,7 +19,6 @@ from magnetar.protocols.kafka.errors import (
     UnsupportedVersionError,
 )
 from magnetar.protocols.kafka.records import Record
-from magnetar.storage import Entry
 
 from kafka.protocol.metadata import ApiVersionsResponse, MetadataRequest  # isort: skip
 from kafka.protocol.producer import ProduceRequest, ProduceResponse  # isort: skip

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 import magnetar.protocols.kafka.entry_format  # registers the KAFKA format
 import magnetar.protocols.pulsar.entry_format  # noqa: F401  (registers the PULSAR format)
 from magnetar.core import formats
+from magnetar.core.entries import Entry
 from magnetar.core.formats import MessageRow
 from magnetar.protocols.kafka import records
 from magnetar.protocols.pulsar import compression
@@ -26,7 +27,6 @@ from magnetar.protocols.pulsar._proto import pulsar_api_pb2 as pb
 from magnetar.protocols.pulsar.batch import BatchedMessage, build_batch
 from magnetar.protocols.pulsar.errors import BatchFormatError, CompressionError
 from magnetar.protocols.pulsar.frames import pack_payload
-from magnetar.storage import Entry
 from magnetar.tier import UnsupportedEntryFormatError
 from magnetar.tier.parquet import SCHEMA, entries_to_table, entry_boundaries, table_to_entries
 from tests.tier.rig import batch_size, publish_time, pulsar_entry

@@ -17,6 +17,7 @@ import logging
 import struct
 
 from magnetar.broker import formats
+from magnetar.core.entries import Entry
 from magnetar.protocols.kafka import records
 from magnetar.protocols.kafka.errors import CorruptRecordError, KafkaProtocolError
 from magnetar.protocols.kafka.records import Record
@@ -24,7 +25,6 @@ from magnetar.protocols.pulsar import batch as pulsar_batch
 from magnetar.protocols.pulsar._proto import pulsar_api_pb2 as pb
 from magnetar.protocols.pulsar.entry_format import metadata_of
 from magnetar.protocols.pulsar.errors import ProtocolError
-from magnetar.storage import Entry
 
 log = logging.getLogger(__name__)
 _U32 = struct.Struct(">I")

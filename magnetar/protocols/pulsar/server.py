@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from magnetar import __version__
 from magnetar.broker import Broker, Consumer, Delivery, SubType
 from magnetar.broker.formats import KAFKA
+from magnetar.core.entries import Entry
 from magnetar.core.errors import MagnetarError
 from magnetar.core.ids import MessageId
 from magnetar.core.names import TopicName
@@ -34,7 +35,6 @@ from magnetar.protocols.pulsar.frames import (
 )
 from magnetar.protocols.pulsar.handles import ConsumerHandle, ProducerHandle
 from magnetar.protocols.pulsar.message_ids import to_wire
-from magnetar.storage import Entry
 
 log = logging.getLogger(__name__)
 T = pb.BaseCommand.Type
