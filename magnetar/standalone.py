@@ -17,6 +17,7 @@ from magnetar.broker.offload import OffloadService
 from magnetar.broker.retention import RetentionService
 from magnetar.core.config import Settings
 from magnetar.http.server import HttpServer
+from magnetar.ledger import LedgerFactory
 from magnetar.meta import MetadataStore, open_metadata_store
 from magnetar.protocols.flight.server import BulkReadServer
 from magnetar.protocols.kafka.server import KafkaServer
@@ -35,6 +36,7 @@ class Standalone:
     settings: Settings
     meta: MetadataStore
     storage: StorageEngine
+    tier: Tier
     broker: Broker
     pulsar: PulsarServer | None = None
     kafka: KafkaServer | None = None
@@ -56,8 +58,8 @@ class Standalone:
         tier = Tier(
             open_object_store(settings.tier), row_group_rows=settings.offload_row_group_rows
         )
-        broker = Broker(meta, storage, _broker_settings(settings), tier)
-        node = cls(settings, meta, storage, broker)
+        broker = Broker(meta, LedgerFactory(storage, tier), _broker_settings(settings))
+        node = cls(settings, meta, storage, tier, broker)
         try:
             await broker.start()
             node.offload = OffloadService(broker, interval=settings.offload_check_interval)
@@ -130,8 +132,7 @@ class Standalone:
             if self.pulsar is not None:
                 await self.pulsar.aclose()
             await self.broker.aclose()
-            if self.broker.tier is not None:
-                self.broker.tier.close()
+            self.tier.close()
             await self.storage.aclose()
         finally:
             await self.meta.aclose()

@@ -76,3 +76,33 @@ def test_the_check_catches_an_upward_import(tmp_path: Path) -> None:
     sample.write_text("from magnetar.broker import thing\nimport magnetar.storage.engine\n")
     assert _imports(sample) == ["magnetar.broker", "magnetar.storage.engine"]
     assert _package_of("magnetar.broker") == "broker"
+
+
+# The seams the cluster rests on (DESIGN.md decision 8): the broker reaches storage and the
+# object store only through the managed ledger; the protocol packages meet only in the
+# conversion module. Pairs are (importing file prefix, imported module prefix).
+SEAMS = [("broker/", "magnetar.storage"), ("broker/", "magnetar.tier")]
+CONVERSION = "protocols/kafka/conversion.py"
+
+
+def _seam_violations() -> list[str]:
+    bad = []
+    for path in sorted(ROOT.rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        for module in _imports(path):
+            for prefix, forbidden in SEAMS:
+                if rel.startswith(prefix) and module.startswith(forbidden):
+                    bad.append(f"{rel} imports {module} (below the managed ledger)")
+            if rel.startswith("protocols/") and module.startswith("magnetar.protocols."):
+                mine, theirs = rel.split("/")[1], module.split(".")[2]
+                if mine != theirs and CONVERSION not in (rel, _module_file(module)):
+                    bad.append(f"{rel} imports {module}: protocols meet only in {CONVERSION}")
+    return bad
+
+
+def _module_file(module: str) -> str:
+    return module.removeprefix("magnetar.").replace(".", "/") + ".py"
+
+
+def test_the_seams_hold() -> None:
+    assert _seam_violations() == []

@@ -24,9 +24,8 @@ from magnetar.broker.producer_names import ProducerNames
 from magnetar.broker.schemas import SchemaRegistry
 from magnetar.broker.topic import Topic
 from magnetar.core.names import TopicName
-from magnetar.ledger import LedgerStorage, ManagedLedger
+from magnetar.ledger import LedgerFactory
 from magnetar.meta import MetadataStore, Notification
-from magnetar.tier import Tier
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,16 +44,11 @@ class Broker:
     """Owns every topic of this node. Create, then ``await start()``; ``aclose()`` at the end."""
 
     def __init__(
-        self,
-        meta: MetadataStore,
-        storage: LedgerStorage,
-        settings: BrokerSettings,
-        tier: Tier | None = None,
+        self, meta: MetadataStore, ledgers: LedgerFactory, settings: BrokerSettings
     ) -> None:
         self.meta = meta
-        self.storage = storage
+        self.ledgers = ledgers
         self.settings = settings
-        self.tier = tier
         self.namespaces = Namespaces(meta)
         self.schemas = SchemaRegistry(meta)
         self.topics: dict[str, Topic] = {}
@@ -164,7 +158,7 @@ class Broker:
             if not allowed:
                 raise TopicNotFoundError(f"topic {name} does not exist")
             await self.meta.put(paths.topic_path(name.tenant, name.namespace, name.local), b"{}")
-        ledger = await ManagedLedger.open(name.path, self.storage, self.tier)
+        ledger = await self.ledgers.open(name.path)
         topic = Topic(name, ledger, self.meta, new_producer_name=self.producer_names.next)
         await topic.load_subscriptions()
         await self._configure_dedup(topic)

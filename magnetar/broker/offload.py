@@ -19,8 +19,9 @@ from magnetar.broker.broker import Broker
 from magnetar.broker.errors import InvalidRequestError
 from magnetar.broker.topic import Topic
 from magnetar.core.clock import SYSTEM_CLOCK, Clock
+from magnetar.ledger import SegmentState
+from magnetar.ledger import SegmentView as SegmentInfo
 from magnetar.ledger.errors import SegmentNotOffloadableError
-from magnetar.storage import SegmentInfo, SegmentState
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,7 @@ class OffloadService:
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        if self.broker.tier is None:
+        if not self.broker.ledgers.can_offload:
             return
         self._task = asyncio.get_running_loop().create_task(self._loop())
 

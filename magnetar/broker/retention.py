@@ -20,7 +20,7 @@ import logging
 from magnetar.broker.broker import Broker
 from magnetar.broker.topic import Topic
 from magnetar.core.clock import SYSTEM_CLOCK, Clock
-from magnetar.storage import SegmentState
+from magnetar.ledger import SegmentState
 
 log = logging.getLogger(__name__)
 MiB = 1024 * 1024

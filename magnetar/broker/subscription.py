@@ -28,8 +28,7 @@ from magnetar.broker.cursor import Cursor, CursorStore
 from magnetar.broker.errors import ConsumerBusyError
 from magnetar.core.entries import Entry
 from magnetar.core.ids import MessageId
-from magnetar.ledger import ManagedLedger
-from magnetar.storage import OffsetOutOfRangeError
+from magnetar.ledger import ManagedLedger, OffsetOutOfRangeError
 
 log = logging.getLogger(__name__)
 READ_BATCH = 500

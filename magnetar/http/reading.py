@@ -126,7 +126,7 @@ async def _plan(broker: Broker, name: TopicName, flight_url: str | None) -> dict
     return {
         "topic": str(name),
         "partitions": parts,
-        "store": broker.tier.store.url if broker.tier else None,
+        "store": broker.ledgers.object_store_url,
         "flight": flight_url,
         "schema": await _schema(broker, name),
     }

@@ -1,9 +1,20 @@
 """Tier 4: the managed ledger — one partition's ordered segments, wherever they live.
 
 Nothing above this package knows whether an entry sits in the local storage engine or (in a
-later step) on remote storage nodes or in the object store: it asks a :class:`ManagedLedger`.
+later step) on remote storage nodes or in the object store: it asks a :class:`ManagedLedger`,
+opened through a :class:`LedgerFactory`, and reads segments as :class:`SegmentView` values.
 """
 
+from magnetar.ledger.factory import LedgerFactory
 from magnetar.ledger.managed_ledger import LedgerStorage, ManagedLedger
+from magnetar.storage import OffsetOutOfRangeError, SegmentState
+from magnetar.storage import SegmentInfo as SegmentView
 
-__all__ = ["LedgerStorage", "ManagedLedger"]
+__all__ = [
+    "LedgerFactory",
+    "LedgerStorage",
+    "ManagedLedger",
+    "OffsetOutOfRangeError",
+    "SegmentState",
+    "SegmentView",
+]
