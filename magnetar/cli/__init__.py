@@ -41,6 +41,7 @@ _STANDALONE_FLAGS: list[tuple[str, str, type, str]] = [
     ("--deduplication", "deduplication_enabled", str, "broker-wide dedup default: true|false"),
     ("--schema-compatibility", "schema_compatibility_strategy", str, "default strategy (FULL)"),
     ("--max-message-size", "max_message_size", int, "largest message or batch in bytes"),
+    ("--tail-cache-bytes", "tail_cache_bytes", int, "node-wide cache of the newest entries"),
     ("--retention-check-interval", "retention_check_interval", float, "seconds between sweeps"),
     ("--tier-url", "tier_url", str, "object store: file:///DIR or s3://BUCKET/PREFIX?endpoint=.."),
     ("--offload-check-interval", "offload_check_interval", float, "seconds between sweeps"),
@@ -83,6 +84,9 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 
 
 def _standalone(args: argparse.Namespace) -> int:
+    from magnetar.core.memory import bound_allocator
+
+    bound_allocator()  # before any thread starts: keeps RSS at the cache budgets
     from magnetar.standalone import serve
 
     asyncio.run(serve(settings_from_args(args)))

@@ -58,7 +58,7 @@ class Settings:
     segment_max_age: float = 0.0  # seconds; 0 = no age limit
     segment_max_entries: int = 0  # 0 = no limit
     index_interval_bytes: int = 4096
-    tail_cache_bytes: int = 32 * MiB  # per partition
+    tail_cache_bytes: int = 512 * MiB  # newest entries of all partitions, per node
     bind_address: str = "127.0.0.1"
     advertised_address: str = ""  # default: bind_address
     pulsar_port: int = 6650

@@ -22,6 +22,7 @@ from magnetar.meta import BadVersionError, MetadataStore, NodeExistsError
 from magnetar.storage.fileio import fsync_dir
 from magnetar.storage.partition import PartitionLog
 from magnetar.storage.segment import Segment, SegmentInfo, SegmentState
+from magnetar.storage.tail_cache import CacheBudget, TailCache
 
 ROOT = "/storage"
 
@@ -63,7 +64,9 @@ async def next_id(meta: MetadataStore, kind: str) -> int:
         return value
 
 
-async def create_partition(meta: MetadataStore, settings: Settings, name: str) -> PartitionLog:
+async def create_partition(
+    meta: MetadataStore, settings: Settings, name: str, cache: TailCache
+) -> PartitionLog:
     """Register a partition and make its directory. Durable when this returns."""
     pid = await next_id(meta, "partition")
     directory = partition_dir(settings, pid)
@@ -71,10 +74,12 @@ async def create_partition(meta: MetadataStore, settings: Settings, name: str) -
     fsync_dir(settings.ledger_path)
     body = json.dumps({"id": pid, "name": name}).encode()
     await meta.put(partition_path(name), body, expected_version=-1)
-    return PartitionLog(name, pid, directory, settings.tail_cache_bytes)
+    return PartitionLog(name, pid, directory, cache)
 
 
-async def load_partitions(meta: MetadataStore, settings: Settings) -> list[PartitionLog]:
+async def load_partitions(
+    meta: MetadataStore, settings: Settings, budget: CacheBudget
+) -> list[PartitionLog]:
     """Every registered partition with its segments (files not yet opened)."""
     parts = []
     for child in await meta.list_children(f"{ROOT}/partitions"):
@@ -82,9 +87,8 @@ async def load_partitions(meta: MetadataStore, settings: Settings) -> list[Parti
         if node is None:
             continue
         raw = json.loads(node.value)
-        part = PartitionLog(
-            raw["name"], raw["id"], partition_dir(settings, raw["id"]), settings.tail_cache_bytes
-        )
+        directory = partition_dir(settings, raw["id"])
+        part = PartitionLog(raw["name"], raw["id"], directory, budget.cache())
         for sid in await meta.list_children(segments_path(part.partition_id)):
             seg_node = await meta.get(f"{segments_path(part.partition_id)}/{sid}")
             if seg_node is None:

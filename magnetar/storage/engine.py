@@ -36,6 +36,7 @@ from magnetar.storage.partition import PartitionLog
 from magnetar.storage.records import check_header_fields, encode_header, journal_prefix
 from magnetar.storage.recovery import recover
 from magnetar.storage.segment import Segment, SegmentInfo, SegmentState
+from magnetar.storage.tail_cache import CacheBudget
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +83,7 @@ class StorageEngine:
         self.journal_dir = settings.journal_path
         self.ledger_dir = settings.ledger_path
         self.stats = EngineStats()
+        self.cache_budget = CacheBudget(settings.tail_cache_bytes)
         self._partitions: dict[str, PartitionLog] = {}
         self._journal: Journal | None = None
         self._pending: list[_Pending] = []
@@ -104,7 +106,7 @@ class StorageEngine:
         check_writable("ledger_dir", settings.ledger_path)
         engine = cls(settings, meta, clock)
         try:
-            state = await recover(settings, meta, clock)
+            state = await recover(settings, meta, clock, engine.cache_budget)
         except BaseException:
             engine._shutdown_threads()
             raise
@@ -131,7 +133,8 @@ class StorageEngine:
         async with self._io_lock:
             if name in self._partitions:
                 return
-            part = await catalog.create_partition(self.meta, self.settings, name)
+            cache = self.cache_budget.cache()
+            part = await catalog.create_partition(self.meta, self.settings, name, cache)
             await catalog.new_segment(self.meta, self.settings, part, self.clock)
             self._partitions[name] = part
 

@@ -18,12 +18,12 @@ class PartitionLog:
     the last *durable* entry (what readers may see). They differ only while a flush runs.
     """
 
-    def __init__(self, name: str, partition_id: int, directory: Path, cache_bytes: int) -> None:
+    def __init__(self, name: str, partition_id: int, directory: Path, cache: TailCache) -> None:
         self.name = name
         self.partition_id = partition_id
         self.directory = directory
         self.segments: list[Segment] = []
-        self.cache = TailCache(cache_bytes)
+        self.cache = cache
         self.next_offset = 0
         self.end_offset = 0
 

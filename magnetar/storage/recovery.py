@@ -33,6 +33,7 @@ from magnetar.storage.journal import replay as replay_journal
 from magnetar.storage.partition import PartitionLog
 from magnetar.storage.records import encode_header
 from magnetar.storage.segment import SegmentState, scan_valid_prefix
+from magnetar.storage.tail_cache import CacheBudget
 
 
 @dataclass(slots=True)
@@ -42,12 +43,14 @@ class Recovered:
     replayed: int
 
 
-async def recover(settings: Settings, meta: MetadataStore, clock: Clock) -> Recovered:
+async def recover(
+    settings: Settings, meta: MetadataStore, clock: Clock, budget: CacheBudget
+) -> Recovered:
     checkpoint = await catalog.load_checkpoint(meta)
     existing = list_journal_files(settings.journal_path)
     if checkpoint is None:
         checkpoint = catalog.Checkpoint(existing[0] if existing else 1, 0, {})
-    parts = await catalog.load_partitions(meta, settings)
+    parts = await catalog.load_partitions(meta, settings, budget)
     for part in parts:
         await _abandon_offloads(meta, part)
         await _open_last_segment(meta, settings, part, checkpoint, clock)

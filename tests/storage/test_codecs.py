@@ -15,7 +15,7 @@ from magnetar.storage.records import (
     encode_header,
     journal_prefix,
 )
-from magnetar.storage.tail_cache import TailCache
+from magnetar.storage.tail_cache import CacheBudget
 
 i64 = st.integers(min_value=0, max_value=(1 << 62))
 entries = st.tuples(
@@ -96,11 +96,34 @@ def test_sparse_indexes_land_before_the_target(
     assert TimeIndex.from_bytes(builder.times.to_bytes()).positions == builder.times.positions
 
 
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(1, 200)), max_size=300))
+def test_one_budget_bounds_every_partition_and_evicts_oldest_first(
+    appends: list[tuple[int, int]],
+) -> None:
+    """Four partitions' caches share 2,000 bytes: the node never holds more (beyond the
+    entry being added), what goes is always the node-wide oldest, and evicted entries are
+    released at once (no reference kept)."""
+    budget = CacheBudget(2000)
+    caches = [budget.cache() for _ in range(4)]
+    offsets = [0] * 4
+    order: list[tuple[int, int]] = []  # (partition, base offset) in insertion order
+    for partition, size in appends:
+        entry = Entry(offsets[partition], 1, 0, -1, 0, b"p" * size)
+        caches[partition].add(entry)
+        order.append((partition, offsets[partition]))
+        offsets[partition] += 1
+        assert budget.bytes <= 2000 + entry.stored_size
+        assert budget.bytes == sum(c._bytes for c in caches)
+    held = {(p, e.base_offset) for p, c in enumerate(caches) for e in c._entries if e}
+    assert held == set(order[len(order) - len(held) :])  # a suffix: the newest ones
+    assert budget.entries == len(held)
+
+
 @given(st.lists(st.integers(1, 4), min_size=1, max_size=60), st.integers(50, 2000), st.data())
 def test_tail_cache_serves_contiguous_recent_entries(
     counts: list[int], budget: int, data: st.DataObject
 ) -> None:
-    cache = TailCache(budget)
+    cache = CacheBudget(budget).cache()
     offset, added = 0, []
     for c in counts:
         entry = Entry(offset, c, 0, -1, 0, b"p" * 20)
@@ -109,8 +132,8 @@ def test_tail_cache_serves_contiguous_recent_entries(
         offset += c
     probe = data.draw(st.integers(0, offset + 2))
     got = cache.read(probe, 1000, 1 << 30)
-    if got is None:
-        assert probe < cache.first_offset or probe >= offset
+    if got is None:  # nothing cached (an entry may exceed the budget), or not the tail
+        assert cache.first_offset < 0 or probe < cache.first_offset or probe >= offset
     else:
         assert got[0].base_offset <= probe < got[0].next_offset
         assert got == [e for e in added if e.base_offset >= got[0].base_offset]
