@@ -50,6 +50,8 @@ class EngineStats:
     rolls: int = 0
     checkpoints: int = 0
     journal_files_removed: int = 0
+    recovery_cut_bytes: int = 0  # torn tails cut at the last start (journal and segments)
+    recovery_cut_records: int = 0
 
 
 @dataclass(slots=True)
@@ -111,6 +113,8 @@ class StorageEngine:
             engine._shutdown_threads()
             raise
         engine._partitions = {p.name: p for p in state.partitions}
+        engine.stats.recovery_cut_records = len(state.cut)
+        engine.stats.recovery_cut_bytes = sum(t.bytes for t in state.cut)
         engine._journal = state.journal
         engine._start_tasks()
         return engine

@@ -12,14 +12,19 @@ Methods that touch files run on the engine's single writer thread, never the eve
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from magnetar.core.entries import Entry
 from magnetar.storage.errors import CorruptionError
 from magnetar.storage.fileio import fsync_dir, writev_all
-from magnetar.storage.records import RecordError, decode_journal_record
+from magnetar.storage.records import (
+    JOURNAL_PREFIX_SIZE,
+    RecordError,
+    claimed_range,
+    decode_journal_record,
+)
 
 SUFFIX = ".journal"
 
@@ -99,12 +104,37 @@ def remove_before(directory: Path, number: int) -> int:
     return removed
 
 
-def replay(directory: Path, start_number: int, start_position: int) -> Iterator[JournalRecord]:
+@dataclass(frozen=True, slots=True)
+class TornTail:
+    """Bytes recovery cut off the end of a file: a write that never finished — or, after a
+    power loss, damage to the last acknowledged record, which looks the same. Reported so an
+    operator can tell (the offsets are what the damaged header claims, if readable)."""
+
+    path: Path
+    position: int
+    bytes: int
+    claimed: tuple[int, int] | None  # (base offset, count) from the unchecked header
+
+    def describe(self) -> str:
+        what = (
+            f"offsets {self.claimed[0]}..{self.claimed[0] + self.claimed[1] - 1}"
+            if self.claimed and self.claimed[1] > 0
+            else "unreadable offsets"
+        )
+        return f"cut {self.bytes} bytes at {self.path}:{self.position} ({what})"
+
+
+def replay(
+    directory: Path,
+    start_number: int,
+    start_position: int,
+    on_cut: Callable[[TornTail], None] | None = None,
+) -> Iterator[JournalRecord]:
     """Every valid record from (``start_number``, ``start_position``) on, in order.
 
     A record that ends early or fails its checksum at the very end of the *last* file is a
-    torn write that was never acknowledged: the file is cut there. The same damage anywhere
-    else lies inside acknowledged data and raises :class:`CorruptionError`.
+    torn write that was never acknowledged: the file is cut there and ``on_cut`` told. The
+    same damage anywhere else lies inside acknowledged data and raises CorruptionError.
     """
     numbers = [n for n in list_journal_files(directory) if n >= start_number]
     for i, number in enumerate(numbers):
@@ -117,6 +147,9 @@ def replay(directory: Path, start_number: int, start_position: int) -> Iterator[
             except RecordError as e:
                 if i == len(numbers) - 1 and _nothing_valid_after(data, pos):
                     _cut(path, pos)
+                    if on_cut is not None:
+                        claimed = claimed_range(data, pos, JOURNAL_PREFIX_SIZE)
+                        on_cut(TornTail(path, pos, len(data) - pos, claimed))
                     break
                 raise CorruptionError(str(path), pos, str(e)) from None
             yield JournalRecord(number, pos, pid, entry)

@@ -116,3 +116,14 @@ def decode_journal_record(buf: bytes | memoryview, pos: int) -> tuple[int, Entry
         raise RecordError("journal record header checksum mismatch", torn=False)
     entry, end = decode_entry(buf, pos + JOURNAL_PREFIX_SIZE)
     return pid, entry, end
+
+
+def claimed_range(buf: bytes | memoryview, pos: int, prefix: int) -> tuple[int, int] | None:
+    """(base offset, count) that the possibly damaged header at ``pos`` claims, after
+    ``prefix`` bytes (the journal's partition prefix, or 0), or None if too little is left.
+    Unchecked: for reports about a cut tail, never for reading data."""
+    start = pos + prefix
+    if start + ENTRY_HEADER_SIZE > len(buf):
+        return None
+    _, _, _, _, _, base, count, _, _ = ENTRY_HEADER.unpack_from(buf, start)
+    return int(base), int(count)

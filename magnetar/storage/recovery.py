@@ -13,8 +13,10 @@
 
 from __future__ import annotations
 
+import logging
 import os
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from magnetar.core.clock import Clock
 from magnetar.core.config import Settings
@@ -25,15 +27,18 @@ from magnetar.storage.fileio import writev_all
 from magnetar.storage.journal import (
     Journal,
     JournalRecord,
+    TornTail,
     journal_file,
     list_journal_files,
     remove_before,
 )
 from magnetar.storage.journal import replay as replay_journal
 from magnetar.storage.partition import PartitionLog
-from magnetar.storage.records import encode_header
+from magnetar.storage.records import ENTRY_HEADER_SIZE, claimed_range, encode_header
 from magnetar.storage.segment import SegmentState, scan_valid_prefix
 from magnetar.storage.tail_cache import CacheBudget
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -41,6 +46,7 @@ class Recovered:
     partitions: list[PartitionLog]
     journal: Journal
     replayed: int
+    cut: list[TornTail] = field(default_factory=list)  # torn tails cut off (logged)
 
 
 async def recover(
@@ -51,12 +57,17 @@ async def recover(
     if checkpoint is None:
         checkpoint = catalog.Checkpoint(existing[0] if existing else 1, 0, {})
     parts = await catalog.load_partitions(meta, settings, budget)
+    cut: list[TornTail] = []
     for part in parts:
         await _abandon_offloads(meta, part)
-        await _open_last_segment(meta, settings, part, checkpoint, clock)
+        await _open_last_segment(meta, settings, part, checkpoint, clock, cut.append)
     by_id = {p.partition_id: p for p in parts}
     replayed = 0
-    for record in replay_journal(settings.journal_path, checkpoint.journal, checkpoint.position):
+    journal_cut: list[TornTail] = []
+    records = replay_journal(
+        settings.journal_path, checkpoint.journal, checkpoint.position, journal_cut.append
+    )
+    for record in records:
         owner = by_id.get(record.partition_id)  # None: the partition was deleted since
         if owner is not None and _apply(owner, record, settings):
             replayed += 1
@@ -69,7 +80,15 @@ async def recover(
     journal = Journal(settings.journal_path, number)
     await catalog.save_checkpoint(meta, number, 0, synced)
     remove_before(settings.journal_path, number)
-    return Recovered(parts, journal, replayed)
+    for tail in journal_cut:
+        # The journal is the last word: a cut here is a write never acknowledged — unless
+        # the power failed and damaged the last acknowledged record, which looks the same.
+        log.warning(
+            "recovery %s of the journal: an unfinished write, or the last acknowledged "
+            "record damaged by a power loss",
+            tail.describe(),
+        )
+    return Recovered(parts, journal, replayed, cut + journal_cut)
 
 
 async def _open_last_segment(
@@ -78,6 +97,7 @@ async def _open_last_segment(
     part: PartitionLog,
     checkpoint: catalog.Checkpoint,
     clock: Clock,
+    on_cut: Callable[[TornTail], None],
 ) -> None:
     last = part.segments[-1] if part.segments else None
     if last is None or last.info.state is not SegmentState.OPEN:
@@ -89,6 +109,18 @@ async def _open_last_segment(
     synced = checkpoint.synced.get(last.info.segment_id, 0)
     if valid < synced:
         raise CorruptionError(str(last.path), valid, reason or "file shorter than checkpointed")
+    size = last.path.stat().st_size
+    if size > valid:  # the journal replays what was acknowledged of it
+        with open(last.path, "rb") as f:
+            f.seek(valid)
+            claimed = claimed_range(f.read(ENTRY_HEADER_SIZE), 0, 0)
+        tail = TornTail(last.path, valid, size - valid, claimed)
+        log.info(
+            "recovery %s of %s; the journal restores what was acknowledged",
+            tail.describe(),
+            part.name,
+        )
+        on_cut(tail)
     with open(last.path, "ab") as f:
         f.truncate(valid)
     info = last.info

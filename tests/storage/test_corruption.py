@@ -14,6 +14,7 @@ copy is exactly what the next start would find.
 from __future__ import annotations
 
 import hashlib
+import logging
 import random
 import shutil
 from collections.abc import AsyncIterator, Callable
@@ -326,6 +327,29 @@ async def test_torn_journal_tail_is_cut_and_the_rest_recovered(tmp_path: Path, t
             *expected(kept),
             (len(kept) * COUNT, COUNT, payload(99)),
         ]
+
+
+async def test_a_cut_journal_tail_is_reported_with_its_bytes_and_offsets(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A damaged last record cannot be told from a torn write, so it is cut — but never
+    silently: the log names the file, bytes and claimed offsets, and the engine counts it
+    (issue 21, item 8)."""
+    settings = settings_for(tmp_path / "live")
+    async with opened(settings) as engine:
+        await engine.create_partition("p1")
+        await append_range(engine, "p1", range(6))
+        crashed = settings_for(snapshot(settings.data_dir, tmp_path / "crashed"))
+    journal = only_journal(crashed)
+    flip(journal, 5 * RECORD + RECORD - 3)  # the last acknowledged record's payload
+    with caplog.at_level(logging.WARNING, logger="magnetar.storage.recovery"):
+        async with opened(crashed) as engine:
+            assert engine.stats.recovery_cut_records >= 1
+            assert engine.stats.recovery_cut_bytes >= RECORD
+    [warning] = [r for r in caplog.records if r.levelno == logging.WARNING]
+    text = warning.getMessage()
+    assert str(journal) in text and f"cut {RECORD} bytes" in text
+    assert f"offsets {5 * COUNT}..{6 * COUNT - 1}" in text
 
 
 # -- (d) the open segment, below and above its checkpointed size -------------------------
