@@ -18,9 +18,11 @@ import dataclasses
 import itertools
 import logging
 import os
+import shutil
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from magnetar.core.clock import SYSTEM_CLOCK, Clock
@@ -29,7 +31,12 @@ from magnetar.core.entries import Entry
 from magnetar.core.errors import ClosedError, MagnetarError
 from magnetar.meta import MetadataStore
 from magnetar.storage import catalog
-from magnetar.storage.errors import PartitionNotFoundError, StorageError, WriteFailedError
+from magnetar.storage.errors import (
+    DiskFullError,
+    PartitionNotFoundError,
+    StorageError,
+    WriteFailedError,
+)
 from magnetar.storage.fileio import as_storage_error, fsync_dir, writev_all
 from magnetar.storage.journal import Journal, remove_before
 from magnetar.storage.partition import PartitionLog
@@ -50,6 +57,8 @@ class EngineStats:
     rolls: int = 0
     checkpoints: int = 0
     journal_files_removed: int = 0
+    disk_full: bool = False  # the last append failed for want of space
+    disk_full_episodes: int = 0
     recovery_cut_bytes: int = 0  # torn tails cut at the last start (journal and segments)
     recovery_cut_records: int = 0
 
@@ -331,6 +340,7 @@ class StorageEngine:
             if not isinstance(e, OSError):
                 raise  # a bug, not the disk: _flush_or_fail logs it and fails the group
             error = as_storage_error(e, "append failed")
+            self._note_disk(error)
             for p in batch:
                 if not p.future.done():
                     p.future.set_exception(error)
@@ -344,6 +354,28 @@ class StorageEngine:
         self.stats.flushes += 1
         self.stats.entries += len(batch)
         self._dirty.update(starts)
+        if self.stats.disk_full:
+            self._note_disk(None)
+
+    def _note_disk(self, error: Exception | None) -> None:
+        """Log a disk-full episode once when it starts (with the free space) and once when
+        writes succeed again; stats say whether one is going on."""
+        full = isinstance(error, DiskFullError)
+        if full == self.stats.disk_full:
+            return
+        self.stats.disk_full = full
+        if full:
+            self.stats.disk_full_episodes += 1
+            log.error(
+                "disk full: appends fail until space is freed (journal %s: %s free; "
+                "ledgers %s: %s free)",
+                self.journal_dir,
+                _free(self.journal_dir),
+                self.ledger_dir,
+                _free(self.ledger_dir),
+            )
+        else:
+            log.warning("disk space is back: appends succeed again")
 
     def _write(self, plan: _Batch) -> None:
         """On the writer thread: journal, fsync, then segment files; all or nothing."""
@@ -550,3 +582,10 @@ def _remove_files(part: PartitionLog) -> None:
 
 
 __all__ = ["EngineStats", "StorageEngine"]
+
+
+def _free(path: Path) -> str:
+    try:
+        return f"{shutil.disk_usage(path).free / (1 << 20):.1f} MiB"
+    except OSError as e:
+        return f"unknown ({e.strerror})"

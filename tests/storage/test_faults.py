@@ -192,7 +192,12 @@ PARTS = ("p1", "p2")
 
 @pytest.mark.parametrize(("inject", "error", "raised"), APPEND_FAULTS)
 async def test_failed_appends_are_not_acknowledged_and_leave_no_gap(
-    tmp_path: Path, disk: FailingDisk, inject: Inject, error: int, raised: type[StorageError]
+    tmp_path: Path,
+    disk: FailingDisk,
+    inject: Inject,
+    error: int,
+    raised: type[StorageError],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     settings = settings_for(tmp_path)
     async with opened(settings) as engine:
@@ -213,9 +218,17 @@ async def test_failed_appends_are_not_acknowledged_and_leave_no_gap(
         assert {name: engine.end_offset(name) for name in PARTS} == ends
         for name in PARTS:
             assert shape(await read_all(engine, name)) == shape(acked[PARTS.index(name) :: 2])
+        full = raised is DiskFullError
+        # A disk-full episode is logged once, with the free space, and shows in the stats.
+        assert engine.stats.disk_full is full
+        assert engine.stats.disk_full_episodes == int(full)
+        episodes = [r for r in caplog.records if "disk full" in r.getMessage()]
+        assert len(episodes) == int(full)
+        assert all("free" in r.getMessage() for r in episodes)
 
         disk.heal()
         acked += [await engine.append(PARTS[i % 2], payload(i), count=3) for i in range(6, 10)]
+        assert not engine.stats.disk_full
         reused = [ends["p1"], ends["p2"], ends["p1"] + 3, ends["p2"] + 3]
         assert [e.base_offset for e in acked[6:]] == reused  # the failed offsets, no gap
         await _assert_holds_exactly(engine, acked)
