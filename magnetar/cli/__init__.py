@@ -84,9 +84,10 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 
 
 def _standalone(args: argparse.Namespace) -> int:
-    from magnetar.core.memory import bound_allocator
+    from magnetar.core.resources import bound_allocator, raise_fd_limit
 
     bound_allocator()  # before any thread starts: keeps RSS at the cache budgets
+    raise_fd_limit()
     from magnetar.standalone import serve
 
     asyncio.run(serve(settings_from_args(args)))

@@ -1,6 +1,7 @@
-"""Keep a long-running server's memory where its caches say it is.
+"""A long-running server's share of the machine: memory where its caches say it is, and
+as many file descriptors as the system allows.
 
-glibc's malloc raises its mmap threshold every time a large block is freed, so after a while
+Memory: glibc's malloc raises its mmap threshold every time a large block is freed, so after a while
 the large buffers a broker churns through (message payloads, read batches) come from the
 heap, and freed ones are kept rather than given back: RSS grows by hundreds of MiB while
 every cache stays within its budget. Fixing the threshold (which also turns the dynamic
@@ -13,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import logging
+import resource
 
 log = logging.getLogger(__name__)
 
@@ -46,3 +48,17 @@ def bound_allocator() -> bool:
     if not done:
         log.warning("could not tune malloc: memory may grow past the cache budgets")
     return done
+
+
+def raise_fd_limit() -> tuple[int, int]:
+    """Raise the soft limit on open files to the hard limit (a broker holds a descriptor per
+    connection and per open segment: the soft default of 1,024 runs out at a thousand idle
+    topics). Returns (soft, hard) after the change."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError) as e:
+            log.warning("cannot raise the open-file limit from %d to %d: %s", soft, hard, e)
+    return soft, hard
