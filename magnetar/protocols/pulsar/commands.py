@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from magnetar.broker import AccessMode, Consumer
 from magnetar.broker.formats import PULSAR
 from magnetar.broker.schemas import SchemaInfo
+from magnetar.core.entries import Entry
 from magnetar.core.ids import MessageId
 from magnetar.protocols.pulsar import entry_format, responses
 from magnetar.protocols.pulsar._proto import pulsar_api_pb2 as pb
@@ -348,16 +349,21 @@ class Commands:
             return
         ledger = handle.topic.ledger
         mid = MessageId(ledger.segments()[-1].segment_id, -1, -1, handle.partition)
+        last = None
         if ledger.end_offset > ledger.start_offset:
-            [entry] = (await ledger.read(ledger.end_offset - 1, max_entries=1))[:1]
+            [last] = (await ledger.read(ledger.end_offset - 1, max_entries=1))[:1]
             batched = True  # entries of other protocols reach Pulsar consumers as batches
-            if entry.format == PULSAR:
-                metadata = entry_format.metadata_of(entry.payload)
+            if last.format == PULSAR:
+                metadata = entry_format.metadata_of(last.payload)
                 batched = metadata.HasField("num_messages_in_batch")
-            batch_index = entry.count - 1 if batched else -1
-            eid = ledger.message_id(entry)
+            batch_index = last.count - 1 if batched else -1
+            eid = ledger.message_id(last)
             mid = MessageId(eid.ledger_id, eid.entry_id, batch_index, handle.partition)
-        self.conn.write(responses.get_last_message_id_response(cmd.request_id, mid))
+        mark = _mark_delete_position(ledger, handle.subscription.cursor.mark_delete, last)
+        mark = MessageId(mark.ledger_id, mark.entry_id, -1, handle.partition)
+        self.conn.write(
+            responses.get_last_message_id_response(cmd.request_id, mid, mark_delete_position=mark)
+        )
 
     # -- schemas ------------------------------------------------------------------------
 
@@ -419,6 +425,27 @@ def _start_offset(ledger: Any, mid: MessageId) -> int:
     if mid.is_latest:
         return int(ledger.end_offset)
     return _entry_offset(ledger, mid)
+
+
+def _mark_delete_position(ledger: Any, mark_delete: int, last: Entry | None) -> MessageId:
+    """The subscription's mark-delete position as Pulsar reports it: the id of the last entry
+    whose messages are all acknowledged up to the first unacknowledged one (``mark_delete``,
+    an offset), or (segment, -1) before a segment's first entry.
+
+    A reader that starts at (or seeks to) the latest id compares it with the last message id
+    to answer ``has_message_available``: only (ledger, entry) order matters there, so an
+    offset inside an entry maps to the position just before that entry.
+    """
+    if last is not None and mark_delete >= last.base_offset + last.count:
+        eid = ledger.message_id(last)
+        return MessageId(eid.ledger_id, eid.entry_id)
+    before = mark_delete if last is None else min(mark_delete, last.base_offset)
+    firsts = sorted(ledger.segment_first_offsets().items(), key=lambda item: item[1])
+    segment_id, first = firsts[0]
+    for sid, start in firsts:
+        if start <= before - 1:
+            segment_id, first = sid, start
+    return MessageId(segment_id, max(before - 1 - first, -1))
 
 
 def _entry_offset(ledger: Any, mid: MessageId) -> int:
