@@ -3,9 +3,9 @@
     /schemas/<tenant>/<ns>/<topic>/<version>   {"type": ..., "data": base64, "properties": {}}
 
 A topic's schemas are shared by all its partitions. Record schemas (AVRO, JSON, PROTOBUF —
-their definitions are Avro-style JSON records) are checked field by field: a reader can read
-data written with a writer schema when every field the reader needs (no default) exists in
-the writer with the same type. BACKWARD: the new schema reads data written with the old one;
+their definitions are Avro-style JSON records) are checked with Avro's schema-resolution
+rules (``avro_compat``: promotions, unions, defaults, aliases, enum symbols, nested types), as
+Pulsar's broker does. BACKWARD: the new schema reads data written with the old one;
 FORWARD: the old reads the new; FULL: both. ``*_TRANSITIVE`` checks every earlier version.
 """
 
@@ -14,8 +14,8 @@ from __future__ import annotations
 import base64
 import json
 from dataclasses import dataclass, field
-from typing import Any
 
+from magnetar.broker import avro_compat
 from magnetar.broker.errors import IncompatibleSchemaError
 from magnetar.meta import MetadataStore
 
@@ -50,37 +50,18 @@ class SchemaInfo:
         return self.type == other.type and self.data == other.data
 
 
-def _fields(schema: SchemaInfo) -> dict[str, tuple[Any, bool]] | None:
-    """Field name → (type, has default) of a record schema, or None if not a record."""
-    try:
-        parsed = json.loads(schema.data)
-    except (ValueError, UnicodeDecodeError):
-        return None
-    if not isinstance(parsed, dict) or not isinstance(parsed.get("fields"), list):
-        return None
-    return {f["name"]: (f.get("type"), "default" in f) for f in parsed["fields"] if "name" in f}
-
-
 def can_read(reader: SchemaInfo, writer: SchemaInfo) -> bool:
-    """True when data written with ``writer`` can be read with ``reader``."""
+    """True when data written with ``writer`` can be read with ``reader``: Avro's schema
+    resolution (``avro_compat``) for record schemas, equality for definitions that are not
+    Avro (a PROTOBUF_NATIVE descriptor), and any pair of the same other type."""
     if reader.type != writer.type:
         return False
     if reader.type not in RECORD_TYPES:
         return True
-    rf, wf = _fields(reader), _fields(writer)
-    if rf is None or wf is None:
+    try:
+        return avro_compat.can_read(avro_compat.parse(reader.data), avro_compat.parse(writer.data))
+    except avro_compat.InvalidAvroSchema:
         return reader.data == writer.data
-    for name, (ftype, has_default) in rf.items():
-        if name in wf:
-            if _norm(wf[name][0]) != _norm(ftype):
-                return False
-        elif not has_default:
-            return False
-    return True
-
-
-def _norm(ftype: Any) -> str:
-    return json.dumps(ftype, sort_keys=True)
 
 
 def check(strategy: str, new: SchemaInfo, existing: list[SchemaInfo]) -> None:
