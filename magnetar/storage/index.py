@@ -33,8 +33,12 @@ class OffsetIndex:
 
     def lookup(self, offset: int) -> int:
         """Position of the last indexed entry whose base offset is <= ``offset`` (else 0)."""
-        i = bisect.bisect_right(self.offsets, offset) - 1
+        i = self.point(offset)
         return self.positions[i] if i >= 0 else 0
+
+    def point(self, offset: int) -> int:
+        """Index of the last point whose base offset is <= ``offset``, or -1."""
+        return bisect.bisect_right(self.offsets, offset) - 1
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -65,8 +69,12 @@ class TimeIndex:
 
     def lookup(self, ts: int) -> int:
         """Position to scan from for the first entry with publish time >= ``ts``."""
-        i = bisect.bisect_left(self.max_before, ts) - 1
+        i = self.point(ts)
         return self.positions[i] if i >= 0 else 0
+
+    def point(self, ts: int) -> int:
+        """Index of the point to scan from for publish time ``ts``, or -1 (the start)."""
+        return bisect.bisect_left(self.max_before, ts) - 1
 
     def __len__(self) -> int:
         return len(self.positions)

@@ -9,10 +9,12 @@ sparse indexes in ``<id>.index`` and ``<id>.timeindex`` written when it closes.
 from __future__ import annotations
 
 import enum
+import itertools
 import json
+import logging
 import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,7 @@ from magnetar.storage.records import (
     decode_entry,
 )
 
+log = logging.getLogger(__name__)
 _LENGTH = struct.Struct(">I")
 READ_CHUNK = 1 << 20
 
@@ -93,6 +96,7 @@ class Segment:
         self.write_fd = -1
         self._read_fd = -1
         self.version = -1  # metadata version of ``info``
+        self.index_rebuilds = 0  # indexes that did not verify and were rebuilt from the file
 
     # -- the open segment ---------------------------------------------------------------
 
@@ -145,13 +149,83 @@ class Segment:
     def _load_indexes(self) -> None:
         parent, sid = self.path.parent, self.info.segment_id
         try:
-            self._offsets = OffsetIndex.from_bytes(segment_file(parent, sid, ".index").read_bytes())
-            self._times = TimeIndex.from_bytes(segment_file(parent, sid, ".timeindex").read_bytes())
+            offsets = OffsetIndex.from_bytes(segment_file(parent, sid, ".index").read_bytes())
+            times = TimeIndex.from_bytes(segment_file(parent, sid, ".timeindex").read_bytes())
         except FileNotFoundError:
-            builder = IndexBuilder(self.index_interval)
-            for pos, entry in self.iter_entries(0, self.info.size):
-                builder.on_entry(entry.base_offset, entry.publish_time, pos)
-            self._offsets, self._times = builder.offsets, builder.times
+            self._rebuild_indexes("missing")
+            return
+        problem = self._implausible(offsets, times)
+        if problem:
+            self._rebuild_indexes(problem)
+        else:
+            self._offsets, self._times = offsets, times
+
+    def _implausible(self, offsets: OffsetIndex, times: TimeIndex) -> str:
+        """Why these indexes cannot belong to this segment, or "" (a structural check)."""
+        info, positions = self.info, list(offsets.positions)
+        if positions != list(times.positions):
+            return "the two indexes disagree"
+        if positions and (positions[0] != 0 or positions[-1] >= max(info.size, 1)):
+            return "a position lies outside the file"
+        if any(b <= a for a, b in itertools.pairwise(positions)):
+            return "positions out of order"
+        offs = list(offsets.offsets)
+        if offs and (offs[0] != info.first_offset or offs[-1] >= info.end_offset):
+            return "an offset lies outside the segment"
+        if any(b <= a for a, b in itertools.pairwise(offs)):
+            return "offsets out of order"
+        if any(b < a for a, b in itertools.pairwise(times.max_before)):
+            return "times out of order"
+        return ""
+
+    def _rebuild_indexes(self, why: str) -> None:
+        """Scan the segment (verifying every entry) and rewrite both indexes."""
+        log.warning(
+            "index of segment %s (%s) did not verify: %s; rebuilding it",
+            self.info.segment_id,
+            self.path,
+            why,
+        )
+        builder = IndexBuilder(self.index_interval)
+        for pos, entry in self.iter_entries(0, self.info.size):
+            builder.on_entry(entry.base_offset, entry.publish_time, pos)
+        self._offsets, self._times = builder.offsets, builder.times
+        if self.info.state is not SegmentState.OPEN:
+            parent, sid = self.path.parent, self.info.segment_id
+            write_file_durably(segment_file(parent, sid, ".index"), builder.offsets.to_bytes())
+            write_file_durably(segment_file(parent, sid, ".timeindex"), builder.times.to_bytes())
+        self.index_rebuilds += 1
+
+    def _start_at(self, point: int) -> tuple[int, int | None]:
+        """(file position, base offset expected there) of index point ``point`` (-1: the
+        file's start)."""
+        offsets, _ = self._indexes()
+        if point < 0:
+            return 0, self.info.first_offset
+        return offsets.positions[point], offsets.offsets[point]
+
+    def _from_point(self, locate: Callable[[], int], end: int) -> Iterator[tuple[int, Entry]]:
+        """Entries from the index point ``locate()`` picks. The first one must be the entry
+        the index names there; if not, the index is wrong (it would skip entries silently):
+        rebuild it and start again from the point the rebuilt index picks."""
+        for attempt in range(2):
+            pos, expected = self._start_at(locate())
+            entries = self.iter_entries(pos, end)
+            try:
+                first = next(entries, None)
+            except CorruptionError:
+                if attempt or self._builder is not None:
+                    raise
+                first = None  # an index position inside an entry: rebuild below
+            if first is None and pos >= end:
+                return
+            if first is not None and first[1].base_offset == expected:
+                yield first
+                yield from entries
+                return
+            if attempt or self._builder is not None:
+                raise CorruptionError(str(self.path), pos, "no entry where the index says")
+            self._rebuild_indexes(f"no entry of offset {expected} at position {pos}")
 
     def _fd(self) -> int:
         if self._read_fd < 0:
@@ -188,10 +262,9 @@ class Segment:
         Returns at least one entry if any exists, then stops at ``max_entries`` or once
         ``max_bytes`` of payload have been gathered.
         """
-        offsets, _ = self._indexes()
         out: list[Entry] = []
         total = 0
-        for _, entry in self.iter_entries(offsets.lookup(offset), end):
+        for _, entry in self._from_point(lambda: self._indexes()[0].point(offset), end):
             if entry.next_offset <= offset:
                 continue
             out.append(entry)
@@ -202,8 +275,7 @@ class Segment:
 
     def find_time(self, ts: int, end: int) -> int | None:
         """Base offset of the first entry with publish time >= ``ts``, or None."""
-        _, times = self._indexes()
-        for _, entry in self.iter_entries(times.lookup(ts), end):
+        for _, entry in self._from_point(lambda: self._indexes()[1].point(ts), end):
             if entry.publish_time >= ts:
                 return entry.base_offset
         return None
