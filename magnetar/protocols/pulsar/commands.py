@@ -8,6 +8,7 @@ raises; quick ones answer inline and return None.
 from __future__ import annotations
 
 import asyncio
+import logging
 import struct
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -27,6 +28,7 @@ from magnetar.protocols.pulsar.message_ids import from_wire
 if TYPE_CHECKING:
     from magnetar.protocols.pulsar.server import Connection
 
+log = logging.getLogger(__name__)
 T = pb.BaseCommand.Type
 Handler = Callable[[Frame], Awaitable[None] | None]
 DUPLICATE_ID = MessageId(-1, -1)
@@ -215,8 +217,10 @@ class Commands:
     def _on_ack(self, frame: Frame) -> Awaitable[None] | None:
         cmd = frame.command.ack
         handle = self.conn.consumers.get(cmd.consumer_id)
-        if handle is None or cmd.HasField("validation_error"):
-            return None  # a consumer that saw a bad checksum: keep the message pending
+        if handle is None:
+            return None
+        if cmd.HasField("validation_error"):
+            _log_discarded(handle, cmd)  # and acknowledge them, as Pulsar does
         ledger, sub = handle.topic.ledger, handle.subscription
         # An id naming no stored entry is ignored, as Pulsar refuses an invalid position:
         # mapping it anywhere would acknowledge messages the consumer never saw.
@@ -406,6 +410,19 @@ def _schema_info(schema: pb.Schema) -> SchemaInfo:
     props = {p.key: p.value for p in schema.properties}
     return SchemaInfo(
         pb.Schema.Type.Name(schema.type), bytes(schema.schema_data), props, schema.name
+    )
+
+
+def _log_discarded(handle: ConsumerHandle, cmd: pb.CommandAck) -> None:
+    """An ACK with ``validation_error``: the client discarded messages it cannot use (bad
+    checksum, failed decryption with DISCARD). Pulsar logs it and acknowledges them anyway;
+    kept pending, they would stay in the backlog and come back to the same client forever."""
+    log.warning(
+        "consumer %s of subscription %s discarded %d message(s): %s",
+        handle.consumer.name,
+        handle.subscription.name,
+        len(cmd.message_id),
+        pb.CommandAck.ValidationError.Name(cmd.validation_error),
     )
 
 
