@@ -19,6 +19,7 @@ from magnetar.core.errors import InvalidNameError, MagnetarError
 from magnetar.http import reading, tenants, topics
 from magnetar.http.offload import offload_routes
 from magnetar.http.routes import Handler, Route, ok, openapi
+from magnetar.http.stats import stats_routes
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +85,7 @@ class HttpServer:
     def routes(self) -> list[Route]:
         table = tenants.routes(self.broker)
         table += topics.routes(self.broker, self.admin, self.service_url)
+        table += stats_routes(self.broker, self.admin)
         if self.offload is not None:
             table += offload_routes(self.admin, self.offload)
         table += reading.routes(self.broker, self.flight_url)

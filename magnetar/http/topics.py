@@ -92,9 +92,6 @@ def routes(broker: Broker, admin: TopicAdmin, service_url: str) -> list[Route]:
     async def stats(request: web.Request) -> web.Response:
         return ok(await admin.stats(topic_of(request)))
 
-    async def internal_stats(request: web.Request) -> web.Response:
-        return ok(await admin.internal_stats(topic_of(request)))
-
     async def last_message_id(request: web.Request) -> web.Response:
         return ok(await admin.last_message_id(topic_of(request)))
 
@@ -157,7 +154,6 @@ def routes(broker: Broker, admin: TopicAdmin, service_url: str) -> list[Route]:
         Route("POST", T + "/partitions", grow_partitions, "Increase partitions", "N"),
         Route("DELETE", T + "/partitions", delete_partitions, "Delete a partitioned topic"),
         Route("GET", T + "/stats", stats, "Topic stats"),
-        Route("GET", T + "/internal-stats", internal_stats, "Segments and cursors"),
         Route("GET", T + "/lastMessageId", last_message_id, "Last message id"),
         Route("GET", T + "/subscriptions", subscriptions, "List subscriptions"),
         Route("PUT", S, create_subscription, "Create a subscription", "MessageId (optional)"),
