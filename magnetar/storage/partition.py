@@ -74,6 +74,8 @@ class PartitionLog:
                 got = segment.read(offset, max_entries - len(out), max_bytes, segment.info.size)
             except (CorruptionError, OSError):
                 self._explain_vanished(segment, offset)
+                if out:
+                    break  # what lies before the damage is delivered; the next read raises
                 raise
             if not got:
                 break

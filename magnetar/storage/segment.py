@@ -260,17 +260,23 @@ class Segment:
         """Entries holding ``offset`` onwards, up to byte ``end`` of the file.
 
         Returns at least one entry if any exists, then stops at ``max_entries`` or once
-        ``max_bytes`` of payload have been gathered.
+        ``max_bytes`` of payload have been gathered. Damage stops the read *after* the intact
+        entries before it: they are returned, and the read that starts at the damaged
+        entry raises CorruptionError (naming file and position).
         """
         out: list[Entry] = []
         total = 0
-        for _, entry in self._from_point(lambda: self._indexes()[0].point(offset), end):
-            if entry.next_offset <= offset:
-                continue
-            out.append(entry)
-            total += entry.stored_size
-            if len(out) >= max_entries or total >= max_bytes:
-                break
+        try:
+            for _, entry in self._from_point(lambda: self._indexes()[0].point(offset), end):
+                if entry.next_offset <= offset:
+                    continue
+                out.append(entry)
+                total += entry.stored_size
+                if len(out) >= max_entries or total >= max_bytes:
+                    break
+        except CorruptionError:
+            if not out:
+                raise
         return out
 
     def find_time(self, ts: int, end: int) -> int | None:
