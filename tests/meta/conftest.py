@@ -13,26 +13,11 @@ from magnetar.meta.base import MetadataStore
 from magnetar.meta.memory import MemoryMetadataStore
 from magnetar.meta.sqlite import SqliteMetadataStore
 from magnetar.meta.zookeeper import ZooKeeperMetadataStore
+from magnetar.testing.clock import ManualClock
 
 BACKENDS = ["memory", "sqlite", "zookeeper"]
 
 StoreFactory = Callable[[], MetadataStore]
-
-
-class ManualClock:
-    """Wall-clock time that moves only when the test says so."""
-
-    def __init__(self, now_ms: int = 1_700_000_000_000) -> None:
-        self.now = now_ms
-
-    def now_ms(self) -> int:
-        return self.now
-
-    def monotonic(self) -> float:
-        return self.now / 1000
-
-    def advance(self, ms: int) -> None:
-        self.now += ms
 
 
 @pytest.fixture

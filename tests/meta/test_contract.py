@@ -27,7 +27,9 @@ from magnetar.meta.memory import MemoryMetadataStore
 from magnetar.meta.sqlite import SqliteMetadataStore
 
 if TYPE_CHECKING:
-    from .conftest import ManualClock, StoreFactory
+    from magnetar.testing.clock import ManualClock
+
+    from .conftest import StoreFactory
 
 # --- get and put ---------------------------------------------------------------------------
 
