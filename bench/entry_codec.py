@@ -33,7 +33,6 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-import magnetar.protocols.pulsar.entry_format  # noqa: F401  (registers the PULSAR format)
 from bench.common import (
     RESULTS_DIR,
     fmt_rate,

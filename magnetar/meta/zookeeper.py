@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import asyncio
 import struct
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -74,6 +76,7 @@ MAGIC = b"\x4d\x01"  # "M", layout 1
 _HEADER = struct.Struct(">qqq")
 CONNECT_TIMEOUT_S = 15.0
 MAX_RETRIES = 100  # a write re-judged this often under contention gives up
+VERSION_CACHE = 10_000  # nodes whose last write this handle remembers
 
 
 def parse_url(url: str) -> tuple[str, str]:
@@ -159,6 +162,11 @@ class ZooKeeperMetadataStore(MetadataStore):
         self._executor = ThreadPoolExecutor(4, thread_name_prefix="magnetar-zk")
         self._watches = WatchRegistry()
         self._caches: list[RemoteWatch] = []
+        # What this handle last wrote to each node, with ZooKeeper's version of it: a write
+        # to it again is planned without reading it first (a stale guess fails the
+        # transaction's version check, and the write is read and judged again).
+        self._versions: OrderedDict[str, tuple[bytes, int]] = OrderedDict()
+        self._versions_lock = threading.Lock()
         self._closed = False
         self._loop: asyncio.AbstractEventLoop | None = None
         try:
@@ -378,9 +386,9 @@ class ZooKeeperMetadataStore(MetadataStore):
     def _apply_all(
         self, ops: list[Op], now_ms: int
     ) -> tuple[list[Stat | None], list[Notification]]:
-        for _ in range(MAX_RETRIES):
+        for attempt in range(MAX_RETRIES):
             try:
-                return self._try_apply(ops, now_ms)
+                return self._try_apply(ops, now_ms, optimistic=attempt == 0)
             except _Conflict:
                 continue
         raise MetadataError(
@@ -388,9 +396,9 @@ class ZooKeeperMetadataStore(MetadataStore):
         )
 
     def _try_apply(
-        self, ops: list[Op], now_ms: int
+        self, ops: list[Op], now_ms: int, *, optimistic: bool
     ) -> tuple[list[Stat | None], list[Notification]]:
-        plan = _Plan(self)
+        plan = _Plan(self, optimistic=optimistic)
         stats: list[Stat | None] = []
         notes: list[Notification] = []
         for op in ops:
@@ -408,11 +416,18 @@ class ZooKeeperMetadataStore(MetadataStore):
                     watch.expect_delete(note.path)
         try:
             plan.commit()
+        except _Conflict:
+            plan.forget_versions()
+            for watch in list(self._caches):
+                for note, stat in announced:
+                    watch.forget(note.path, stat)
+            raise
         except BaseException:
             for watch in list(self._caches):
                 for note, stat in announced:
                     watch.forget(note.path, stat)
             raise
+        plan.remember_versions()
         plan.prune()
         return stats, notes
 
@@ -430,12 +445,48 @@ class _Plan:
     """One transaction being planned: every op judged against what it would see, with the
     earlier ops of the same multi applied."""
 
-    def __init__(self, store: ZooKeeperMetadataStore) -> None:
+    def __init__(self, store: ZooKeeperMetadataStore, *, optimistic: bool) -> None:
         self.store = store
         self.zk = store._zk
         self.txn = self.zk.transaction()
         self.nodes: dict[str, _Znode] = {}
         self.emptied: list[str] = []  # parents that may be left without children
+        self.optimistic = optimistic  # plan from guesses; a wrong one fails the commit
+        self.guessed_absent: set[str] = set()  # assumed new, under an existing parent
+
+    def _guess(self, zpath: str, op: Op) -> _Znode | None:
+        """A put's node as this handle last wrote it, or absent for a create: one round trip
+        instead of two. None: read it."""
+        if op.value is None or not self.optimistic or zpath in self.nodes:
+            return None
+        with self.store._versions_lock:
+            known = self.store._versions.get(zpath)
+        if known is not None:
+            node = _Znode(True, known[0], known[1], 0)
+        elif op.expected_version == -1:
+            node = _Znode(False, b"", -1, 0)
+            self.guessed_absent.add(zpath)
+        else:
+            return None
+        self.nodes[zpath] = node
+        return node
+
+    def remember_versions(self) -> None:
+        versions = self.store._versions
+        with self.store._versions_lock:
+            for zpath, node in self.nodes.items():
+                if node.exists and node.data:
+                    versions[zpath] = (node.data, node.zversion)
+                    versions.move_to_end(zpath)
+                else:
+                    versions.pop(zpath, None)
+            while len(versions) > VERSION_CACHE:
+                versions.popitem(last=False)
+
+    def forget_versions(self) -> None:
+        with self.store._versions_lock:
+            for zpath in self.nodes:
+                self.store._versions.pop(zpath, None)
 
     def read(self, zpath: str) -> _Znode:
         node = self.nodes.get(zpath)
@@ -450,9 +501,15 @@ class _Plan:
 
     def apply(self, op: Op, now_ms: int) -> tuple[Stat | None, Notification]:
         zpath = self.store._zpath(op.path)
-        node = self.read(zpath)
+        guessed = self._guess(zpath, op)
+        node = guessed or self.read(zpath)
         current = _decode(node.data) if node.exists else None
-        check_version(op.path, current.stat if current else None, op)
+        try:
+            check_version(op.path, current.stat if current else None, op)
+        except MetadataError:
+            if guessed is not None:
+                raise _Conflict() from None  # judge by what is really there, not a guess
+            raise
         if op.value is None:
             self._delete(zpath, node)
             return None, Notification(op.path, "deleted")
@@ -465,7 +522,8 @@ class _Plan:
             self.txn.set_data(zpath, data, version=node.zversion)
             node.zversion += 1
         else:
-            self._ensure_parent(zpath)
+            if zpath not in self.guessed_absent:
+                self._ensure_parent(zpath)
             self.txn.create(zpath, data)
             node.exists, node.zversion, node.children = True, 0, 0
         node.data = data

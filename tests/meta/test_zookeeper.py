@@ -19,7 +19,14 @@ from pathlib import Path
 
 import pytest
 
-from magnetar.meta import MetadataError, NodeExistsError, Notification, SessionState
+from magnetar.meta import (
+    BadVersionError,
+    MetadataError,
+    NodeExistsError,
+    NotFoundError,
+    Notification,
+    SessionState,
+)
 from magnetar.meta.zookeeper import ZooKeeperMetadataStore, store_name, zk_name
 from magnetar.testing.server import REPO, StandaloneProcess
 from magnetar.testing.zookeeper import ZooKeeperProcess
@@ -247,3 +254,25 @@ def test_a_standalone_keeps_its_metadata_in_zookeeper(
         rest = [int(consumer.receive(10_000).data()) for _ in range(60)]
         client.close()
     assert rest == list(range(40, 100))
+
+
+async def test_a_handle_that_remembers_an_old_version_is_judged_by_the_real_one(
+    open_store: OpenStore,
+) -> None:
+    """Each handle plans a write to a node it wrote before from memory (one round trip);
+    another handle's write in between must neither be overwritten nor make a correct
+    compare-and-set fail."""
+    a, b = open_store(), open_store()
+    await a.put("/cursor", b"a0")  # a remembers version 0
+    await b.put("/cursor", b"b1", expected_version=0)  # now version 1, unknown to a
+    with pytest.raises(BadVersionError):
+        await a.put("/cursor", b"a-stale", expected_version=0)
+    stat = await a.put("/cursor", b"a2", expected_version=1)
+    assert stat.version == 2
+    node = await b.get("/cursor")
+    assert node is not None and node.value == b"a2"
+    await b.delete("/cursor")
+    with pytest.raises(NotFoundError):
+        await a.put("/cursor", b"gone", expected_version=2)
+    await a.put("/cursor", b"new", expected_version=-1)  # recreated: version 0 again
+    assert (await b.get("/cursor")).stat.version == 0  # type: ignore[union-attr]
