@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from magnetar.broker import Broker, BrokerSettings
 from magnetar.broker.offload import OffloadService
 from magnetar.broker.retention import RetentionService
-from magnetar.core.config import Settings
+from magnetar.core.config import Settings, parse_listeners
 from magnetar.http.server import HttpServer
 from magnetar.ledger import LedgerFactory
 from magnetar.meta import MetadataStore, open_metadata_store
@@ -70,6 +70,7 @@ class Standalone:
                 port=settings.pulsar_port,
                 advertised_host=settings.advertised_address or settings.bind_address,
                 max_message_size=settings.max_message_size,
+                listeners=parse_listeners(settings.advertised_listeners),
             )
             await node.pulsar.start()
             node.kafka = KafkaServer(broker, _kafka_settings(settings))

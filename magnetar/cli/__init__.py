@@ -34,6 +34,12 @@ _STANDALONE_FLAGS: list[tuple[str, str, type, str]] = [
     ("--journal-max-bytes", "journal_max_bytes", int, "rotate journal files at this size"),
     ("--bind-address", "bind_address", str, "address the listeners bind to"),
     ("--advertised-address", "advertised_address", str, "address given to clients"),
+    (
+        "--advertised-listeners",
+        "advertised_listeners",
+        str,
+        "Pulsar listeners by name: internal:pulsar://HOST:PORT,external:pulsar://HOST:PORT",
+    ),
     ("--pulsar-port", "pulsar_port", int, "Pulsar binary protocol port (default 6650)"),
     ("--http-port", "http_port", int, "admin REST / HTTP port (default 8080)"),
     ("--kafka-port", "kafka_port", int, "Kafka protocol port (default 9092)"),

@@ -61,6 +61,8 @@ class Settings:
     tail_cache_bytes: int = 512 * MiB  # newest entries of all partitions, per node
     bind_address: str = "127.0.0.1"
     advertised_address: str = ""  # default: bind_address
+    # Pulsar listeners named in LOOKUP answers: "internal:pulsar://h:p,external:pulsar://h:p"
+    advertised_listeners: str = ""
     pulsar_port: int = 6650
     http_port: int = 8080
     kafka_port: int = 9092
@@ -228,12 +230,35 @@ def _validate(s: Settings) -> None:
         raise ConfigError(
             "kafka_namespace", f"expected tenant/namespace, got {s.kafka_namespace!r}"
         )
+    parse_listeners(s.advertised_listeners)  # raises ConfigError when malformed
     if not (s.metadata_url == "" or s.metadata_url.startswith(("sqlite://", "memory:", "zk://"))):
         raise ConfigError(
             "metadata_url",
             f"unsupported store {s.metadata_url!r}: use sqlite:///PATH or "
             "zk://HOST:PORT[,HOST:PORT]/CHROOT",
         )
+
+
+def parse_listeners(text: str) -> dict[str, dict[str, str]]:
+    """``advertised_listeners`` as listener name → {scheme: URL}, e.g.
+    ``{"external": {"pulsar": "pulsar://h:6650"}}``; a name may carry one ``pulsar://`` and
+    one ``pulsar+ssl://`` URL. Raises ConfigError naming the bad entry."""
+    listeners: dict[str, dict[str, str]] = {}
+    for entry in filter(None, (e.strip() for e in text.split(","))):
+        name, _, url = entry.partition(":")
+        scheme, sep, address = url.partition("://")
+        host, colon, port = address.rpartition(":")
+        valid = name and sep and scheme in ("pulsar", "pulsar+ssl") and host and port.isdigit()
+        if not valid or not colon:
+            raise ConfigError(
+                "advertised_listeners",
+                f"bad entry {entry!r}: use NAME:pulsar://HOST:PORT (or NAME:pulsar+ssl://...), "
+                "comma-separated",
+            )
+        if scheme in listeners.setdefault(name, {}):
+            raise ConfigError("advertised_listeners", f"listener {name!r} has two {scheme} URLs")
+        listeners[name][scheme] = url
+    return listeners
 
 
 def check_writable(setting: str, path: Path) -> None:

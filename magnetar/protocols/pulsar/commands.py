@@ -82,7 +82,32 @@ class Commands:
     async def _on_lookup(self, frame: Frame) -> None:
         cmd = frame.command.lookup_topic
         await self.broker.policies(self.conn.topic_name(cmd.topic))
-        self.conn.write(responses.lookup_response(cmd.request_id, self.conn.server.service_url))
+        wanted = cmd.advertised_listener_name
+        if not wanted:
+            self.conn.write(responses.lookup_response(cmd.request_id, self.conn.server.service_url))
+            return
+        listener = self.conn.server.listeners.get(wanted)
+        if listener is None:
+            # Pulsar answers ServiceNotReady "the broker do not have <name> listener", which
+            # the C++ client retries until its operation timeout (it gives up at once only
+            # for the listener name "test"). NotAllowedError is among the errors it does not
+            # retry, so the client gets this message at once instead of a timeout.
+            known = ", ".join(sorted(self.conn.server.listeners)) or "none"
+            message = (
+                f"the broker do not have {wanted} listener (it has: {known}); use one of "
+                "those names, or start the broker with --advertised-listeners naming it"
+            )
+            self.conn.write(
+                responses.lookup_error(cmd.request_id, pb.ServerError.NotAllowedError, message)
+            )
+            return
+        self.conn.write(
+            responses.lookup_response(
+                cmd.request_id,
+                listener.get("pulsar", ""),
+                broker_service_url_tls=listener.get("pulsar+ssl"),
+            )
+        )
 
     async def _on_get_topics_of_namespace(self, frame: Frame) -> None:
         cmd = frame.command.get_topics_of_namespace

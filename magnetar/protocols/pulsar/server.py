@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 
 from magnetar import __version__
 from magnetar.broker import Broker, Consumer, Delivery, SubType
@@ -53,12 +53,15 @@ class PulsarServer:
         port: int,
         advertised_host: str,
         max_message_size: int,
+        listeners: Mapping[str, Mapping[str, str]] | None = None,
     ) -> None:
         self.broker = broker
         self.host = host
         self.port = port
         self.advertised_host = advertised_host
         self.max_message_size = max_message_size
+        # listener name → {"pulsar": url, "pulsar+ssl": url}: what a LOOKUP naming it answers
+        self.listeners = dict(listeners or {})
         self._server: asyncio.Server | None = None
         self.connections: set[Connection] = set()
 
