@@ -119,8 +119,9 @@ class Cursor:
 
 
 class CursorStore:
-    """Persists one cursor at ``path``, with its subscription's type; bursts of changes
-    become one metadata write.
+    """Persists one cursor at ``path``, with its subscription's type and the metadata text
+    its last commit carried (Kafka's commit metadata); bursts of changes become one
+    metadata write.
 
     Every write is a compare-and-set on the version this store last read or wrote, so
     after a hand-over an old owner can never overwrite the new owner's cursor: its write
@@ -140,6 +141,7 @@ class CursorStore:
         self.path = path
         self.cursor = cursor
         self.sub_type = sub_type  # Pulsar's name of the type (EXCLUSIVE, SHARED, ...)
+        self.metadata: str | None = None  # a client's text about its position (Kafka commits)
         self.fenced = False
         self._node_version = node_version  # -1: the node does not exist yet
         self._written = self._state()
@@ -158,22 +160,27 @@ class CursorStore:
             await store.flush()
             return store
         raw = json.loads(node.value)
-        return cls(
+        store = cls(
             meta,
             path,
             Cursor.from_bytes(node.value),
             raw.get("type"),
             node_version=node.stat.version,
         )
+        store.metadata = raw.get("metadata")
+        store._written = store._state()
+        return store
 
     def to_bytes(self) -> bytes:
         body = self.cursor.to_dict()
         if self.sub_type is not None:
             body["type"] = self.sub_type
+        if self.metadata is not None:
+            body["metadata"] = self.metadata
         return json.dumps(body).encode()
 
-    def _state(self) -> tuple[int, str | None]:
-        return self.cursor.version, self.sub_type
+    def _state(self) -> tuple[int, str | None, str | None]:
+        return self.cursor.version, self.sub_type, self.metadata
 
     def changed(self) -> None:
         """Schedule a write of the cursor (coalesced with any other pending change)."""

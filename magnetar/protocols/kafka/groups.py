@@ -3,8 +3,10 @@
 A group's committed offset for a partition is the durable subscription named after the group
 on that partition: OffsetCommit moves its cursor (everything below the offset counts as
 consumed) and returns once the cursor is in the metadata store, so admin stats, backlog and
-retention all see the group's progress, and a restart keeps it. Commit metadata strings are
-not kept (OffsetFetch answers "").
+retention all see the group's progress, and a restart keeps it. The metadata text of a commit
+is stored in the same cursor write (at most ``MAX_COMMIT_METADATA`` UTF-8 bytes, Kafka's
+``offset.metadata.max.bytes``; more is refused with OFFSET_METADATA_TOO_LARGE) and OffsetFetch
+answers it.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from magnetar.protocols.kafka.service import Service, Session
 from magnetar.protocols.kafka.wire import Request
 
 NO_OFFSET = -1
+MAX_COMMIT_METADATA = 4096  # bytes; Kafka's offset.metadata.max.bytes default
 Response = dict[str, Any]
 
 
@@ -109,10 +112,7 @@ async def offset_commit(svc: Service, session: Session, req: Request) -> Respons
         group_error = e.wire_code
     topics = []
     for t in b.topics:
-        jobs = [
-            _commit(svc, b.group_id, t.name, p.partition_index, p.committed_offset, group_error)
-            for p in t.partitions
-        ]
+        jobs = [_commit(svc, b.group_id, t.name, p, group_error) for p in t.partitions]
         codes = await asyncio.gather(*jobs)
         parts = [
             {"partition_index": p.partition_index, "error_code": code}
@@ -122,14 +122,20 @@ async def offset_commit(svc: Service, session: Session, req: Request) -> Respons
     return {"topics": topics}
 
 
-async def _commit(
-    svc: Service, group: str, topic: str, index: int, offset: int, refused: ErrorCode
-) -> ErrorCode:
+async def _commit(svc: Service, group: str, topic: str, p: Any, refused: ErrorCode) -> ErrorCode:
+    """Move the group's cursor on partition ``p`` to its committed offset, with the commit's
+    metadata; both are durable once this answers NONE. A refusal or failure leaves the
+    previous commit (position and metadata) in force."""
     if refused:
         return refused
+    metadata, offset = p.committed_metadata, p.committed_offset
+    if metadata is not None and len(metadata.encode()) > MAX_COMMIT_METADATA:
+        return ErrorCode.OFFSET_METADATA_TOO_LARGE
     try:
-        part = await svc.topics.partition(topic, index)
+        part = await svc.topics.partition(topic, p.partition_index)
         sub = await part.subscription(group, SubType.FAILOVER, durable=True, start=offset)
+        if sub.store is not None:
+            sub.store.metadata = metadata  # written by the seek's flush, with the position
         await sub.seek(max(offset, 0))
     except MagnetarError as e:
         return error_code_of(e)
@@ -147,12 +153,12 @@ async def offset_fetch(svc: Service, session: Session, req: Request) -> Response
     for name, indexes in pairs:
         parts = []
         for index in indexes:
-            offset, code = await _committed(svc, b.group_id, name, index)
+            offset, metadata, code = await _committed(svc, b.group_id, name, index)
             parts.append(
                 {
                     "partition_index": index,
                     "committed_offset": offset,
-                    "metadata": "",
+                    "metadata": metadata,
                     "error_code": code,
                 }
             )
@@ -160,16 +166,21 @@ async def offset_fetch(svc: Service, session: Session, req: Request) -> Response
     return {"topics": topics, "error_code": 0}
 
 
-async def _committed(svc: Service, group: str, topic: str, index: int) -> tuple[int, ErrorCode]:
+async def _committed(
+    svc: Service, group: str, topic: str, index: int
+) -> tuple[int, str, ErrorCode]:
+    """(offset, metadata, error) of the group's commit on one partition."""
     try:
         part = await svc.topics.partition(topic, index)
     except MagnetarError as e:
         code = error_code_of(e)
-        return NO_OFFSET, ErrorCode.NONE if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION else code
+        unknown = code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        return NO_OFFSET, "", ErrorCode.NONE if unknown else code
     sub = part.subscriptions.get(group)
     if sub is None or not sub.durable:
-        return NO_OFFSET, ErrorCode.NONE
-    return sub.cursor.mark_delete, ErrorCode.NONE
+        return NO_OFFSET, "", ErrorCode.NONE
+    metadata = sub.store.metadata if sub.store is not None else None
+    return sub.cursor.mark_delete, metadata or "", ErrorCode.NONE
 
 
 async def _committed_partitions(svc: Service, group: str) -> list[tuple[str, list[int]]]:
