@@ -161,6 +161,8 @@ def _kafka_settings(s: Settings) -> KafkaSettings:
         port=s.kafka_port,
         advertised_host=s.advertised_address or s.bind_address,
         max_message_size=s.max_message_size,
+        min_session_timeout_ms=s.group_min_session_timeout_ms,
+        max_session_timeout_ms=s.group_max_session_timeout_ms,
     )
 
 

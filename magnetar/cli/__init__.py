@@ -43,6 +43,8 @@ _STANDALONE_FLAGS: list[tuple[str, str, type, str]] = [
     ("--pulsar-port", "pulsar_port", int, "Pulsar binary protocol port (default 6650)"),
     ("--http-port", "http_port", int, "admin REST / HTTP port (default 8080)"),
     ("--kafka-port", "kafka_port", int, "Kafka protocol port (default 9092)"),
+    ("--group-min-session-timeout-ms", "group_min_session_timeout_ms", int, "shortest session ms"),
+    ("--group-max-session-timeout-ms", "group_max_session_timeout_ms", int, "longest session ms"),
     ("--flight-port", "flight_port", int, "Arrow Flight bulk-read port (default 8815)"),
     ("--deduplication", "deduplication_enabled", str, "broker-wide dedup default: true|false"),
     ("--schema-compatibility", "schema_compatibility_strategy", str, "default strategy (FULL)"),

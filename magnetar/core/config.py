@@ -67,6 +67,9 @@ class Settings:
     http_port: int = 8080
     kafka_port: int = 9092
     kafka_namespace: str = "public/default"  # Kafka topic NAME = persistent://<this>/NAME
+    # session timeouts a Kafka group member may ask for (Kafka's group.min/max.session.timeout.ms)
+    group_min_session_timeout_ms: int = 6_000
+    group_max_session_timeout_ms: int = 30 * 60_000
     flight_port: int = 8815
     deduplication_enabled: bool = False  # broker-wide default; namespaces may override
     schema_compatibility_strategy: str = "FULL"  # Pulsar's broker default (namespace UNDEFINED)
@@ -121,6 +124,8 @@ _POSITIVE = {
     "index_interval_bytes",
     "tail_cache_bytes",
     "max_message_size",
+    "group_min_session_timeout_ms",
+    "group_max_session_timeout_ms",
     "retention_check_interval",
     "offload_check_interval",
     "offload_row_group_rows",
@@ -229,6 +234,12 @@ def _validate(s: Settings) -> None:
     if s.kafka_namespace.count("/") != 1 or not all(s.kafka_namespace.split("/")):
         raise ConfigError(
             "kafka_namespace", f"expected tenant/namespace, got {s.kafka_namespace!r}"
+        )
+    if s.group_min_session_timeout_ms > s.group_max_session_timeout_ms:
+        raise ConfigError(
+            "group_min_session_timeout_ms",
+            f"{s.group_min_session_timeout_ms} is above group_max_session_timeout_ms "
+            f"({s.group_max_session_timeout_ms}): lower it or raise the maximum",
         )
     parse_listeners(s.advertised_listeners)  # raises ConfigError when malformed
     if not (s.metadata_url == "" or s.metadata_url.startswith(("sqlite://", "memory:", "zk://"))):

@@ -106,3 +106,14 @@ async def test_inconsistent_protocols_are_refused() -> None:
         )
     assert refused.value.wire_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
     await coordinator.aclose()
+
+
+@pytest.mark.parametrize("session_ms", [5_999, 1_800_001])
+async def test_a_session_timeout_outside_the_bounds_is_refused(session_ms: int) -> None:
+    coordinator = GroupCoordinator(6_000, 1_800_000)
+    with pytest.raises(GroupError, match=r"outside 6000\.\.1800000 ms") as refused:
+        await _join(coordinator, session_ms=session_ms)
+    assert refused.value.wire_code == ErrorCode.INVALID_SESSION_TIMEOUT
+    group = coordinator.group("g")
+    assert group is None or not group.members
+    await coordinator.aclose()

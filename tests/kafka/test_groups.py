@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,10 +20,23 @@ import kafka
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from magnetar.testing.server import REPO
+from magnetar.testing.server import REPO, StandaloneProcess
 
 PARTITIONS = 6
 MEMBER = Path(__file__).with_name("group_member.py")
+
+
+@pytest.fixture(scope="module")
+def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneProcess]:
+    """The module's server accepts the 3 s session timeout the members use (Kafka's
+    default minimum is 6 s), so a killed member is noticed quickly."""
+    args = ["--group-min-session-timeout-ms", "1000"]
+    server = StandaloneProcess(tmp_path_factory.mktemp("standalone"), extra_args=args)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 @dataclass

@@ -18,3 +18,13 @@ def test_kafka_namespace_defaults_to_public_default() -> None:
 def test_kafka_namespace_must_be_tenant_slash_namespace(bad: str) -> None:
     with pytest.raises(ConfigError, match="kafka_namespace"):
         build_settings(env={}, overrides={"kafka_namespace": bad})
+
+
+def test_group_session_timeout_bounds_default_to_kafkas_and_must_be_ordered() -> None:
+    settings = build_settings(env={})
+    assert (settings.group_min_session_timeout_ms, settings.group_max_session_timeout_ms) == (
+        6_000,
+        1_800_000,
+    )
+    with pytest.raises(ConfigError, match="group_min_session_timeout_ms"):
+        build_settings(env={}, overrides={"group_min_session_timeout_ms": 2_000_000})

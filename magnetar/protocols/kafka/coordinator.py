@@ -68,8 +68,9 @@ class Group:
 class GroupCoordinator:
     """Every consumer group this node coordinates (this node coordinates them all)."""
 
-    def __init__(self) -> None:
+    def __init__(self, min_session_ms: int = 1, max_session_ms: int = 30 * 60_000) -> None:
         self.groups: dict[str, Group] = {}
+        self.min_session_ms, self.max_session_ms = min_session_ms, max_session_ms
 
     def group(self, group_id: str) -> Group | None:
         return self.groups.get(group_id)
@@ -95,8 +96,7 @@ class GroupCoordinator:
         """Wait for the rebalance this join starts (or joins) to complete."""
         if not group_id:
             raise GroupError(ErrorCode.INVALID_GROUP_ID, "the group id must not be empty")
-        if session_timeout_ms <= 0:
-            raise GroupError(ErrorCode.INVALID_SESSION_TIMEOUT, "session timeout must be > 0")
+        self._check_session_timeout(session_timeout_ms)
         group = self.known(group_id)
         self._check_protocols(group, protocol_type, protocols)
         member = self._member_for(group, member_id, client_id, client_host)
@@ -112,6 +112,16 @@ class GroupCoordinator:
             self._prepare_rebalance(group)
         self._maybe_complete_join(group)
         return await waiter
+
+    def _check_session_timeout(self, session_ms: int) -> None:
+        """Kafka refuses a member whose session timeout is outside the broker's bounds."""
+        if not self.min_session_ms <= session_ms <= self.max_session_ms:
+            raise GroupError(
+                ErrorCode.INVALID_SESSION_TIMEOUT,
+                f"session timeout {session_ms} ms is outside {self.min_session_ms}.."
+                f"{self.max_session_ms} ms (group_min/max_session_timeout_ms): "
+                "ask for a session timeout inside them",
+            )
 
     @staticmethod
     def _member_for(group: Group, member_id: str, client_id: str, client_host: str) -> Member:

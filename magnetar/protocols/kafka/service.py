@@ -32,6 +32,8 @@ class KafkaSettings:
     cluster_id: str = "magnetar"
     max_message_size: int = 5 * 1024 * 1024
     max_request_size: int = 100 * 1024 * 1024
+    min_session_timeout_ms: int = 6_000  # group members asking for less are refused
+    max_session_timeout_ms: int = 30 * 60_000  # ... or more
 
 
 class Service:
@@ -41,7 +43,9 @@ class Service:
         self.broker = broker
         self.settings = settings
         self.topics = KafkaTopics(broker, settings.namespace)
-        self.groups = GroupCoordinator()
+        self.groups = GroupCoordinator(
+            settings.min_session_timeout_ms, settings.max_session_timeout_ms
+        )
         self._states: weakref.WeakKeyDictionary[Topic, asyncio.Future[ProducerStates]] = (
             weakref.WeakKeyDictionary()
         )
