@@ -105,16 +105,23 @@ async def load_partitions(
 
 
 async def new_segment(
-    meta: MetadataStore, settings: Settings, part: PartitionLog, clock: Clock
+    meta: MetadataStore,
+    settings: Settings,
+    part: PartitionLog,
+    clock: Clock,
+    *,
+    first_offset: int | None = None,
 ) -> Segment:
-    """Create the partition's next OPEN segment, starting at its next offset."""
+    """Create the partition's next OPEN segment, starting at ``first_offset`` (by default
+    the partition's next offset). Durable when this returns."""
     sid = await next_id(meta, "segment")
+    first = part.next_offset if first_offset is None else first_offset
     info = SegmentInfo(
         segment_id=sid,
         partition_id=part.partition_id,
         state=SegmentState.OPEN,
-        first_offset=part.next_offset,
-        end_offset=part.next_offset,
+        first_offset=first,
+        end_offset=first,
         created_ms=clock.now_ms(),
     )
     seg = Segment(info, part.directory, settings.index_interval_bytes)

@@ -75,10 +75,34 @@ class _Pending:
 
 
 @dataclass(slots=True)
-class _Batch:
-    """One group commit being prepared: every buffer to write, and what to do after."""
+class _Numbered:
+    """One queued append with its offset and encoded header."""
 
-    journal: list[bytes] = field(default_factory=list)
+    pending: _Pending
+    base: int
+    header: bytes
+
+
+@dataclass(slots=True)
+class _Run:
+    """The appends of one group that go into segments together. The first run fills the
+    open segments; each later one follows a roll of the segments it goes to, so no segment
+    grows more than one entry past its limit however large the group."""
+
+    items: list[_Numbered] = field(default_factory=list)
+
+    def journal_buffers(self) -> list[bytes]:
+        out: list[bytes] = []
+        for n in self.items:
+            out += (journal_prefix(n.pending.partition.partition_id, n.header), n.header)
+            out.append(n.pending.payload)
+        return out
+
+
+@dataclass(slots=True)
+class _Batch:
+    """One run placed in the open segments: every buffer to write, and what to do after."""
+
     segments: dict[Segment, list[bytes]] = field(default_factory=dict)
     sizes: dict[Segment, int] = field(default_factory=dict)
     done: list[tuple[_Pending, Segment, Entry, int]] = field(default_factory=list)
@@ -309,53 +333,117 @@ class StorageEngine:
                 if not p.future.done():
                     p.future.set_exception(error)
 
-    def _prepare(self, batch: list[_Pending]) -> _Batch:
-        plan = _Batch()
+    def _plan(self, batch: list[_Pending]) -> list[_Run]:
+        """Number the group's appends and split them into runs at the points where a
+        partition's segment reaches its limit (size or entries) and must roll."""
+        runs: list[_Run] = []
+        fill: dict[PartitionLog, tuple[int, int, int]] = {}  # run, bytes, entries so far
         for p in batch:
             part = p.partition
+            info = part.open_segment.info
+            run, size, entries = fill.get(part, (0, info.size, info.entries))
+            if entries and self._full(size, entries):
+                run, size, entries = run + 1, 0, 0
             base = part.next_offset
             part.next_offset += p.count
             header = encode_header(base, p.count, p.publish_time, p.event_time, p.fmt, p.payload)
-            plan.journal += (journal_prefix(part.partition_id, header), header, p.payload)
-            seg = part.open_segment
+            while len(runs) <= run:
+                runs.append(_Run())
+            runs[run].items.append(_Numbered(p, base, header))
+            fill[part] = (run, size + len(header) + len(p.payload), entries + 1)
+        return runs
+
+    def _full(self, size: int, entries: int) -> bool:
+        s = self.settings
+        return size >= s.segment_max_bytes or 0 < s.segment_max_entries <= entries
+
+    @staticmethod
+    def _place(run: _Run) -> _Batch:
+        """Where each entry of ``run`` goes: the end of its partition's open segment."""
+        plan = _Batch()
+        for n in run.items:
+            p, seg = n.pending, n.pending.partition.open_segment
             pos = plan.sizes.get(seg, seg.info.size)
-            plan.sizes[seg] = pos + len(header) + len(p.payload)
-            plan.segments.setdefault(seg, []).extend((header, p.payload))
+            plan.sizes[seg] = pos + len(n.header) + len(p.payload)
+            plan.segments.setdefault(seg, []).extend((n.header, p.payload))
             sid = seg.info.segment_id
-            entry = Entry(base, p.count, p.publish_time, p.event_time, p.fmt, p.payload, sid)
+            entry = Entry(n.base, p.count, p.publish_time, p.event_time, p.fmt, p.payload, sid)
             plan.done.append((p, seg, entry, pos))
         return plan
 
     async def _flush(self, batch: list[_Pending]) -> None:
-        starts: dict[PartitionLog, int] = {}
-        for p in batch:
-            starts.setdefault(p.partition, p.partition.next_offset)
-        loop = asyncio.get_running_loop()
+        """Journal the whole group with one write and one fsync, then copy it run by run
+        into the segments, rolling them between runs; each run is acknowledged once copied.
+
+        A failure fails the run it hits and every later one (their journal records are cut
+        and their offsets reused); the runs before stay acknowledged.
+        """
+        starts = {p.partition: p.partition.next_offset for p in reversed(batch)}
         try:
-            plan = self._prepare(batch)
-            await loop.run_in_executor(self._writer, self._write, plan)
-        except Exception as e:
+            runs = self._plan(batch)
+        except BaseException:
             for part, start in starts.items():
-                part.next_offset = start  # nothing of the batch exists: reuse its offsets
-            if not isinstance(e, OSError):
-                raise  # a bug, not the disk: _flush_or_fail logs it and fails the group
-            error = as_storage_error(e, "append failed")
-            self._note_disk(error)
-            for p in batch:
-                if not p.future.done():
-                    p.future.set_exception(error)
-            return
+                part.next_offset = start
+            raise
+        loop = asyncio.get_running_loop()
+        position = -1  # journal position of the next run's first record
+        for k, run in enumerate(runs):
+            try:
+                if k:
+                    await self._roll_before(run)
+                plan = self._place(run)
+                if k == 0:
+                    position = await loop.run_in_executor(self._writer, self._write, runs, plan)
+                else:
+                    await loop.run_in_executor(self._writer, self._copy, plan, position)
+            except Exception as e:
+                self._fail([n for r in runs[k:] for n in r.items], e)
+                return
+            self._apply(plan)
+            position += sum(len(b) for b in run.journal_buffers())
+        self.stats.flushes += 1
+        self.stats.entries += len(batch)
+        if self.stats.disk_full:
+            self._note_disk(None)
+
+    async def _roll_before(self, run: _Run) -> None:
+        """Roll the segments ``run`` goes to. A roll that fails is logged and the run goes
+        into the old segment (it grows past its limit); the next maintenance retries."""
+        for part in dict.fromkeys(n.pending.partition for n in run.items):
+            if part.open_segment.info.is_empty:
+                continue
+            try:
+                await self._roll(part)
+            except Exception as e:
+                log.error(
+                    "rolling a segment of %s failed, appending to it meanwhile: %s",
+                    part.name,
+                    e,
+                    exc_info=not isinstance(e, OSError | MagnetarError),
+                )
+
+    def _fail(self, failed: list[_Numbered], e: Exception) -> None:
+        """Nothing of ``failed`` exists: reuse its offsets and fail its appends. A bug (not
+        an OSError) is re-raised for _flush_or_fail to log."""
+        for n in reversed(failed):
+            n.pending.partition.next_offset = n.base  # ends at each partition's first failed
+        if not isinstance(e, OSError):
+            raise e
+        error = as_storage_error(e, "append failed")
+        self._note_disk(error)
+        for n in failed:
+            if not n.pending.future.done():
+                n.pending.future.set_exception(error)
+
+    def _apply(self, plan: _Batch) -> None:
+        """The run is in its segments: make it readable and acknowledge it."""
         for p, seg, entry, pos in plan.done:
             seg.on_appended(entry, pos)
             p.partition.cache.add(entry)
             p.partition.end_offset = entry.next_offset
+            self._dirty.add(p.partition)
             if not p.future.done():
                 p.future.set_result(entry)
-        self.stats.flushes += 1
-        self.stats.entries += len(batch)
-        self._dirty.update(starts)
-        if self.stats.disk_full:
-            self._note_disk(None)
 
     def _note_disk(self, error: Exception | None) -> None:
         """Log a disk-full episode once when it starts (with the free space) and once when
@@ -377,25 +465,37 @@ class StorageEngine:
         else:
             log.warning("disk space is back: appends succeed again")
 
-    def _write(self, plan: _Batch) -> None:
-        """On the writer thread: journal, fsync, then segment files; all or nothing."""
+    def _write(self, runs: list[_Run], first: _Batch) -> int:
+        """On the writer thread: journal every run, fsync once, then copy the first run into
+        its segments; all or nothing. Returns where the group starts in the journal."""
         journal = self._journal
         assert journal is not None
-        start = journal.write(plan.journal)
-        written: list[tuple[Segment, int]] = []
-        try:  # any failure, not only an OSError, takes the group back off the files
+        start = journal.write([b for run in runs for b in run.journal_buffers()])
+        try:  # any failure, not only an OSError, takes the group back off the journal
             if self.settings.fsync.mode == "always":
                 journal.sync()
                 self.stats.fsyncs += 1
+            self._copy(first, start)
+        except BaseException:
+            journal.truncate(start)
+            raise
+        self.stats.bytes += journal.size - start
+        return start
+
+    def _copy(self, plan: _Batch, position: int) -> None:
+        """On the writer thread: copy one run into its segments. On any failure the segments
+        and the journal (from ``position``, where the run starts) are cut back, and it raises."""
+        written: list[tuple[Segment, int]] = []
+        try:
             for seg, buffers in plan.segments.items():
                 written.append((seg, seg.info.size))
                 writev_all(seg.write_fd, buffers)
         except BaseException:
             for seg, size in written:
                 os.ftruncate(seg.write_fd, size)
-            journal.truncate(start)
+            assert self._journal is not None
+            self._journal.truncate(position)
             raise
-        self.stats.bytes += journal.size - start
 
     async def _sync_loop(self, interval: float) -> None:
         loop = asyncio.get_running_loop()
@@ -411,9 +511,7 @@ class StorageEngine:
         s, info = self.settings, part.open_segment.info
         if info.is_empty:
             return False
-        if info.size >= s.segment_max_bytes:
-            return True
-        if s.segment_max_entries and info.entries >= s.segment_max_entries:
+        if self._full(info.size, info.entries):
             return True
         age = (self.clock.now_ms() - info.created_ms) / 1000
         return bool(s.segment_max_age) and age >= s.segment_max_age
@@ -433,7 +531,10 @@ class StorageEngine:
         seg.info.closed_ms = self.clock.now_ms()
         try:
             await catalog.save_segment(self.meta, seg)
-            await catalog.new_segment(self.meta, self.settings, part, self.clock)
+            # Mid-group the partition's next offset lies further on: start where seg ends.
+            await catalog.new_segment(
+                self.meta, self.settings, part, self.clock, first_offset=seg.info.end_offset
+            )
         except BaseException:
             if part.open_segment is seg:  # no successor: keep appending here, retry later
                 seg.info.state, seg.info.closed_ms = SegmentState.OPEN, 0

@@ -40,7 +40,7 @@ async def test_an_unstorable_append_fails_alone(
     assert [e.payload for e in got] == [b"before", b"after"]
 
 
-@pytest.mark.parametrize("where", ["_prepare", "_write"])
+@pytest.mark.parametrize("where", ["_plan", "_write", "_copy"])
 async def test_an_unexpected_failure_fails_its_group_and_the_flusher_goes_on(
     open_engine: OpenEngine, monkeypatch: pytest.MonkeyPatch, where: str
 ) -> None:
