@@ -7,8 +7,9 @@ for an append to any of the partitions. KAFKA entries go out as stored, renumber
 offset; PULSAR entries are converted into record batches. Everything stored is committed:
 the last stable offset is the high watermark (the end offset).
 
-ListOffsets: −2 is the first retained offset, −1 the end offset; a timestamp finds the first
-record whose timestamp is at or after it (through the time index, then the batch).
+ListOffsets: −2 is the first retained offset, −1 the end offset, −3 the record with the
+largest timestamp (``timestamps``); a timestamp finds the first record whose timestamp is at
+or after it (through the time index, then the batch).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from magnetar.protocols.kafka import records
 from magnetar.protocols.kafka.conversion import to_kafka_batch
 from magnetar.protocols.kafka.errors import ErrorCode, error_code_of
 from magnetar.protocols.kafka.service import Service, Session
+from magnetar.protocols.kafka.timestamps import MAX_TIMESTAMP, max_timestamp_offset
 from magnetar.protocols.kafka.wire import Request
 
 log = logging.getLogger(__name__)
@@ -173,6 +175,8 @@ async def _offset_for(ledger: ManagedLedger, timestamp: int) -> tuple[int, int]:
         return -1, ledger.end_offset
     if timestamp == EARLIEST:
         return -1, ledger.start_offset
+    if timestamp == MAX_TIMESTAMP:
+        return await max_timestamp_offset(ledger)
     offset = await ledger.find_offset(timestamp)
     while offset < ledger.end_offset:
         entries = await ledger.read(offset, max_entries=100)

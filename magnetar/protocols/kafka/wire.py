@@ -36,7 +36,7 @@ CREATE_TOPICS, DELETE_TOPICS, INIT_PRODUCER_ID, DESCRIBE_CONFIGS = 19, 20, 22, 3
 _APIS: dict[int, tuple[Any, Any, int, int]] = {
     PRODUCE: (producer.ProduceRequest, producer.ProduceResponse, 3, 7),
     FETCH: (consumer.FetchRequest, consumer.FetchResponse, 4, 11),
-    LIST_OFFSETS: (consumer.ListOffsetsRequest, consumer.ListOffsetsResponse, 1, 3),
+    LIST_OFFSETS: (consumer.ListOffsetsRequest, consumer.ListOffsetsResponse, 1, 7),
     METADATA: (metadata.MetadataRequest, metadata.MetadataResponse, 0, 4),
     OFFSET_COMMIT: (consumer.OffsetCommitRequest, consumer.OffsetCommitResponse, 2, 3),
     OFFSET_FETCH: (consumer.OffsetFetchRequest, consumer.OffsetFetchResponse, 1, 3),
