@@ -2,10 +2,11 @@
 
 Requests are decoded as they arrive and each runs as its own task, created in arrival order
 (so a producer's appends queue in the order it sent them); responses go back strictly in
-request order, as Kafka clients require. A request that does not decode, or names an API or
-version this server does not serve, closes the connection — as Kafka does — except an
-ApiVersions request of an unknown version, which gets the KIP-511 answer. Other connections
-are never affected.
+request order, as Kafka clients require. A request that does not decode closes the
+connection, as Kafka does. One naming an API or version this server does not serve is
+answered UNSUPPORTED_VERSION in that API's response format where the format has an error code
+(an ApiVersions request the KIP-511 way), so the client fails fast; otherwise the connection
+closes. Other connections are never affected.
 """
 
 from __future__ import annotations
@@ -115,11 +116,7 @@ class Connection(asyncio.Protocol):
         try:
             request = wire.decode_request(frame)
         except UnsupportedVersionError as e:
-            key, _, correlation_id = wire.peek(frame)
-            if key == wire.API_VERSIONS:
-                self._queue_ready(wire.api_versions_error(correlation_id))
-            else:
-                self._refuse(e)
+            self._answer_unsupported(frame, e)
             return
         except KafkaProtocolError as e:
             self._refuse(e)
@@ -153,6 +150,19 @@ class Connection(asyncio.Protocol):
             )
             self.close()
             return None
+
+    def _answer_unsupported(self, frame: bytes, error: UnsupportedVersionError) -> None:
+        """UNSUPPORTED_VERSION in the API's own format where it has one; else close."""
+        key, _, correlation_id = wire.peek(frame)
+        if key == wire.API_VERSIONS:
+            self._queue_ready(wire.api_versions_error(correlation_id))
+            return
+        answer = wire.unsupported_response(frame)
+        if answer is None:
+            self._refuse(error)
+            return
+        log.info("answered %s from %s with UNSUPPORTED_VERSION", error, self.session.peer)
+        self._queue_ready(answer)
 
     def _queue_ready(self, data: bytes) -> None:
         done: asyncio.Future[bytes | None] = asyncio.get_running_loop().create_future()

@@ -6,8 +6,9 @@ module is the only one that touches it: it decodes a size-prefixed request frame
 :class:`Request` and encodes a response built from plain dicts. Pure code, no I/O.
 
 The advertised versions (:data:`SUPPORTED`) are what this handler implements; a request for
-anything else is refused (:class:`UnsupportedVersionError`), except ApiVersions, which is
-answered the KIP-511 way (a v0 body with error 35 and the ApiVersions range) by the caller.
+anything else is refused (:class:`UnsupportedVersionError`): ApiVersions is answered the
+KIP-511 way (a v0 body with error 35 and the ApiVersions range) by the caller, any other API
+with :func:`unsupported_response` where its response format has an error code.
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ with warnings.catch_warnings():
     # Python 3.11-3.12 flag as deprecated; nothing a Magnetar user can act on.
     warnings.simplefilter("ignore", DeprecationWarning)
     from kafka.protocol import admin, consumer, metadata, producer  # type: ignore[import-untyped]
+    from kafka.protocol.api_header import (  # type: ignore[import-untyped]
+        ResponseClassRegistry,
+    )
 
 from magnetar.protocols.kafka.errors import MalformedRequestError, UnsupportedVersionError
 
@@ -109,6 +113,43 @@ def api_versions_error(correlation_id: int) -> bytes:
     low, high = SUPPORTED[API_VERSIONS]
     body = struct.pack(">hihhh", 35, 1, API_VERSIONS, low, high)
     return _SIZE.pack(4 + len(body)) + struct.pack(">i", correlation_id) + body
+
+
+def unsupported_response(frame: bytes) -> bytes | None:
+    """An UNSUPPORTED_VERSION answer to a request for an API or version not served, in that
+    API's own response format, so the client fails fast with a clear error instead of seeing
+    a disconnect and retrying. None when no such answer can be built: the API or version is
+    unknown to ``kafka.protocol``, or its response has no top-level error code to carry it
+    (the caller then closes the connection, as Kafka does)."""
+    key, version, correlation_id = peek(frame)
+    header = _Header(key, version)
+    try:
+        response_class = ResponseClassRegistry.get_response_class(header)
+    except ValueError:  # a version kafka.protocol does not know
+        return None
+    if response_class is None:
+        return None
+    fields = {
+        name: field
+        for name, field in response_class._struct.fields.items()
+        if field.for_version_q(version)
+    }
+    if "error_code" not in fields:
+        return None
+    values: dict[str, Any] = {"error_code": UnsupportedVersionError.error_code}
+    if "error_message" in fields:
+        values["error_message"] = f"API {key} version {version} is not supported by this server"
+    message = build(response_class, values)
+    message.with_header(correlation_id=correlation_id)
+    return bytes(message.encode(header=True, framed=True))
+
+
+@dataclass(frozen=True, slots=True)
+class _Header:
+    """What ResponseClassRegistry needs of a request header."""
+
+    request_api_key: int
+    request_api_version: int
 
 
 def build(container: Any, values: Mapping[str, Any]) -> Any:

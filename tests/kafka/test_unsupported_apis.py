@@ -1,0 +1,76 @@
+"""Requests for APIs this server does not serve get UNSUPPORTED_VERSION (35) in the API's own
+response format where it has an error code, instead of a closed connection the client retries
+(issue 23, item 6); ApiVersions stays truthful, so the admin clients refuse unserved calls at
+once with a clear error."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import confluent_kafka
+import pytest
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+
+from magnetar.protocols.kafka import wire
+from tests.kafka.conftest import TIMEOUT_S, RawKafka
+
+from kafka.protocol.admin import (  # isort: skip
+    CreatePartitionsRequest,
+    DescribeAclsRequest,
+    DescribeClusterRequest,
+    ListTransactionsRequest,
+)
+from kafka.protocol.metadata import ApiVersionsRequest  # isort: skip
+
+UNSUPPORTED_VERSION = 35
+UNSERVED = [
+    DescribeAclsRequest[1](
+        resource_type_filter=1,
+        resource_name_filter=None,
+        pattern_type_filter=3,
+        principal_filter=None,
+        host_filter=None,
+        operation=1,
+        permission_type=1,
+    ),
+    DescribeClusterRequest[0](include_cluster_authorized_operations=False),
+    ListTransactionsRequest[0](state_filters=[], producer_id_filters=[]),
+]
+
+
+@pytest.mark.parametrize("request_", UNSERVED, ids=lambda r: type(r).__name__)
+def test_an_unserved_api_is_answered_unsupported_version(raw: RawKafka, request_: Any) -> None:
+    answer = raw.request(request_)
+    assert answer.error_code == UNSUPPORTED_VERSION
+    # The connection stays usable.
+    versions = raw.request(ApiVersionsRequest[2]())
+    assert versions.error_code == 0
+    advertised = {k.api_key for k in versions.api_keys}
+    assert request_.API_KEY not in advertised
+    assert advertised == set(wire.SUPPORTED)
+
+
+def test_a_response_without_an_error_code_still_closes(raw: RawKafka, topic: str) -> None:
+    """CreatePartitions answers per topic only: with nothing to carry the error, the
+    connection closes, as Kafka does."""
+    request = CreatePartitionsRequest[0](
+        topics=[CreatePartitionsRequest.CreatePartitionsTopic(name=topic, count=2)],
+        timeout_ms=1000,
+        validate_only=False,
+    )
+    request.with_header(correlation_id=1, client_id="raw-test")
+    raw.send_bytes(bytes(request.encode(framed=True, header=True)))
+    assert raw.read_frame() is None
+
+
+def test_confluent_admin_fails_fast_on_unserved_admin_apis(bootstrap: str, topic: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, num_partitions=1)])[topic].result(TIMEOUT_S)
+    with pytest.raises(confluent_kafka.KafkaException) as grow:
+        admin.create_partitions([NewPartitions(topic, 2)])[topic].result(TIMEOUT_S)
+    assert grow.value.args[0].code() == confluent_kafka.KafkaError._UNSUPPORTED_FEATURE
+    tp = TopicPartition(topic, 0, 0)
+    with pytest.raises(confluent_kafka.KafkaException) as delete:
+        admin.delete_records([tp])[tp].result(TIMEOUT_S)
+    assert delete.value.args[0].code() == confluent_kafka.KafkaError._UNSUPPORTED_FEATURE
