@@ -20,6 +20,28 @@ PULSAR = 1  # [u32 metadata size][MessageMetadata][payload] as a Pulsar producer
 KAFKA = 2  # a Kafka record batch
 
 
+DEFAULT_MAX_MESSAGE_SIZE = 5 * 1024 * 1024
+"""Largest message or batch, uncompressed, until :func:`limit_message_size` says otherwise
+(Pulsar's and Magnetar's default ``max_message_size``)."""
+
+_max_message_size = DEFAULT_MAX_MESSAGE_SIZE
+
+
+def limit_message_size(size: int) -> None:
+    """Refuse to inflate any entry beyond ``size`` bytes in this process (the server calls it
+    with its ``max_message_size`` at start). Every decompression of a stored or arriving payload
+    is bounded by it: a payload claiming more is refused before anything is allocated."""
+    global _max_message_size
+    if size <= 0:
+        raise ValueError(f"max message size must be positive, not {size}")
+    _max_message_size = size
+
+
+def max_message_size() -> int:
+    """The bound set by :func:`limit_message_size` (default :data:`DEFAULT_MAX_MESSAGE_SIZE`)."""
+    return _max_message_size
+
+
 @dataclass(frozen=True, slots=True)
 class Sequence:
     producer_name: str

@@ -10,7 +10,8 @@ The codec id is the low three bits of a batch's attributes:
 - 3 LZ4: the LZ4 *frame* format (magic ``04 22 4D 18``).
 - 4 ZSTD: one zstd frame.
 
-Decompressed sizes are capped (``max_size``) so a hostile batch cannot exhaust memory.
+Decompression is bounded (``max_size``, by default the server's max message size) and never
+allocates beyond the bound, so a hostile batch of a few bytes cannot exhaust memory.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import zlib
 
 import cramjam
 
+from magnetar.core import formats
 from magnetar.protocols.kafka.errors import CorruptRecordError, UnsupportedCompressionError
 
 NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4
@@ -28,7 +30,6 @@ XERIAL_MAGIC = b"\x82SNAPPY\x00"
 _XERIAL_HEADER = XERIAL_MAGIC + struct.pack(">ii", 1, 1)
 _XERIAL_BLOCK = 32 * 1024
 _U32 = struct.Struct(">I")
-DEFAULT_MAX_SIZE = 256 * 1024 * 1024
 
 Bytes = bytes | bytearray | memoryview
 
@@ -48,36 +49,67 @@ def compress(codec: int, data: Bytes) -> bytes:
     raise UnsupportedCompressionError(f"unknown compression codec {codec}; use 0-4")
 
 
-def decompress(codec: int, data: Bytes, *, max_size: int = DEFAULT_MAX_SIZE) -> bytes:
-    """``data`` decompressed. Raises CorruptRecordError when it does not decompress or
-    inflates beyond ``max_size``; UnsupportedCompressionError for an unknown codec."""
+def decompress(codec: int, data: Bytes, *, max_size: int | None = None) -> bytes:
+    """``data`` decompressed, never to more than ``max_size`` bytes (default: the process's
+    :func:`~magnetar.core.formats.max_message_size`): no codec is let write past the bound, so
+    a small hostile batch cannot make the server allocate much more than that.
+
+    Raises CorruptRecordError when it does not decompress or would inflate beyond the bound;
+    UnsupportedCompressionError for an unknown codec.
+    """
     if codec == NONE:
         return bytes(data)
     if codec not in NAMES:
         raise UnsupportedCompressionError(f"unknown compression codec {codec}; use 0-4")
+    limit = formats.max_message_size() if max_size is None else max_size
     try:
-        out = _decompress(codec, bytes(data), max_size)
+        out = _decompress(codec, bytes(data), limit)
     except (cramjam.DecompressionError, zlib.error, struct.error, ValueError) as exc:
-        raise CorruptRecordError(f"{NAMES[codec]} records do not decompress: {exc}") from exc
-    if len(out) > max_size:
-        raise CorruptRecordError(f"{NAMES[codec]} records inflate beyond {max_size} bytes")
+        raise CorruptRecordError(
+            f"{NAMES[codec]} records do not decompress within {limit} bytes ({exc}); send "
+            "smaller batches, or raise the server's max message size"
+        ) from exc
     return out
 
 
-def _decompress(codec: int, data: bytes, max_size: int) -> bytes:
+def _decompress(codec: int, data: bytes, limit: int) -> bytes:
     if codec == GZIP:
-        d = zlib.decompressobj(wbits=31)
-        out = d.decompress(data, max_size + 1)
-        if not d.eof:
-            raise ValueError("gzip stream is truncated")
-        return out
+        return _gunzip(data, limit)
     if codec == SNAPPY:
         if data.startswith(XERIAL_MAGIC):
-            return _xerial_decompress(data, max_size)
-        return bytes(cramjam.snappy.decompress_raw(data))
+            return _xerial_decompress(data, limit)
+        return _snappy_raw(data, limit)
+    # LZ4 frames and zstd frames need not state their size: decompress into a buffer one byte
+    # larger than allowed (the pages of a fresh bytearray cost nothing until written), which
+    # fails, unwritten beyond it, when the data would go further.
+    out = bytearray(limit + 1)
     if codec == LZ4:
-        return bytes(cramjam.lz4.decompress(data))
-    return bytes(cramjam.zstd.decompress(data))
+        written = cramjam.lz4.decompress_into(data, out)
+    else:
+        written = cramjam.zstd.decompress_into(data, out)
+    if written > limit:
+        raise ValueError(f"inflates beyond {limit} bytes")
+    return bytes(memoryview(out)[:written])
+
+
+def _gunzip(data: bytes, limit: int) -> bytes:
+    d = zlib.decompressobj(wbits=31)
+    out = d.decompress(data, limit + 1)
+    if len(out) > limit:
+        raise ValueError(f"inflates beyond {limit} bytes")
+    if not d.eof:
+        raise ValueError("gzip stream is truncated")
+    return out
+
+
+def _snappy_raw(block: bytes, limit: int) -> bytes:
+    """One raw snappy block; its header states its length, checked before allocating."""
+    size = int(cramjam.snappy.decompress_raw_len(block))
+    if size > limit:
+        raise ValueError(f"snappy block says {size} bytes, beyond {limit}")
+    out = bytearray(size)
+    written = cramjam.snappy.decompress_raw_into(block, out)
+    return bytes(out) if written == size else bytes(memoryview(out)[:written])
 
 
 def _xerial_compress(data: bytes) -> bytes:
@@ -95,7 +127,7 @@ def _xerial_decompress(data: bytes, max_size: int) -> bytes:
         pos += 4
         if pos + size > len(data):
             raise ValueError("xerial snappy block overruns the data")
-        block = bytes(cramjam.snappy.decompress_raw(data[pos : pos + size]))
+        block = _snappy_raw(data[pos : pos + size], max_size - total)
         total += len(block)
         if total > max_size:
             raise ValueError(f"inflates beyond {max_size} bytes")

@@ -18,7 +18,7 @@ from typing import Any
 from magnetar.broker import Topic
 from magnetar.broker.formats import KAFKA
 from magnetar.core.errors import MagnetarError
-from magnetar.protocols.kafka import legacy, records
+from magnetar.protocols.kafka import compression, legacy, records
 from magnetar.protocols.kafka.errors import (
     CorruptRecordError,
     ErrorCode,
@@ -112,6 +112,9 @@ def _batches(data: bytes | None, max_size: int) -> list[tuple[bytes, records.Bat
         header = records.validate(view)
         if header.size > max_size:
             raise MessageTooLargeError(f"record batch of {header.size} bytes exceeds {max_size}")
+        if header.compression != compression.NONE:  # as Kafka's LogValidator, inflate it once
+            body = view[records.HEADER_SIZE :]
+            compression.decompress(header.compression, body, max_size=max_size)
         out.append((bytes(view), header))
     return out
 

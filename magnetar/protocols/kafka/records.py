@@ -150,10 +150,9 @@ def with_base_offset(batch: bytes | memoryview, base_offset: int) -> bytes:
     return _OFFSET.pack(base_offset) + bytes(batch[8:])
 
 
-def decode(
-    batch: bytes | memoryview, *, max_size: int = compression.DEFAULT_MAX_SIZE
-) -> list[Record]:
-    """Every record of a v2 batch, decompressed. Raises CorruptRecordError."""
+def decode(batch: bytes | memoryview, *, max_size: int | None = None) -> list[Record]:
+    """Every record of a v2 batch, decompressed to at most ``max_size`` bytes (default: the
+    server's max message size). Raises CorruptRecordError."""
     header = read_header(batch)
     if header.magic != 2 or not HEADER_SIZE <= header.size <= len(batch):
         raise CorruptRecordError(f"not a magic-2 batch of {header.size} bytes")

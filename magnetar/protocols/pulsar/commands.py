@@ -18,7 +18,7 @@ from magnetar.broker.formats import PULSAR
 from magnetar.broker.schemas import SchemaInfo
 from magnetar.core.entries import Entry
 from magnetar.core.ids import MessageId
-from magnetar.protocols.pulsar import entry_format, responses
+from magnetar.protocols.pulsar import compression, entry_format, responses
 from magnetar.protocols.pulsar._proto import pulsar_api_pb2 as pb
 from magnetar.protocols.pulsar.errors import MessageRefusedError
 from magnetar.protocols.pulsar.frames import Frame
@@ -173,6 +173,7 @@ class Commands:
             return
         md = payload.metadata
         _check_times(md)
+        compression.check_payload(md, payload.data, max_size=self.conn.server.max_message_size)
         count = cmd.num_messages if cmd.HasField("num_messages") else 1
         result = await handle.topic.publish(
             handle.producer,

@@ -8,7 +8,11 @@ A compressed payload (one message, or a whole batch) carries its codec in
 - ZSTD: one zstd frame.
 - SNAPPY: raw snappy (no framing format).
 
-Every decompression is checked against ``uncompressed_size``, as the clients do.
+Every decompression is checked against ``uncompressed_size``, as the clients do, and bounded:
+a payload claiming more than the max message size is refused before anything is allocated
+(the C++ client's consumer discards such a message too, as ``UncompressedSizeCorruption``:
+"Uncompressed size is itself corrupted since it cannot be bigger than the MaxMessageSize"),
+and no codec may write past the size claimed.
 """
 
 from __future__ import annotations
@@ -17,8 +21,13 @@ import zlib
 
 import cramjam
 
+from magnetar.core import formats
 from magnetar.protocols.pulsar._proto import pulsar_api_pb2 as pb
-from magnetar.protocols.pulsar.errors import CompressionError, UnsupportedCompressionError
+from magnetar.protocols.pulsar.errors import (
+    CompressionError,
+    MessageRefusedError,
+    UnsupportedCompressionError,
+)
 from magnetar.protocols.pulsar.frames import BytesLike
 
 NONE = pb.CompressionType.NONE
@@ -51,15 +60,18 @@ def decompress(
     """``data`` decompressed to exactly ``uncompressed_size`` bytes.
 
     Decompression never writes past ``uncompressed_size``, so a corrupt or hostile payload
-    cannot inflate further; ``max_size`` also bounds ``uncompressed_size`` itself. Raises
-    CompressionError when the data is corrupt or of another length, and
-    UnsupportedCompressionError for an unknown codec.
+    cannot inflate further; ``max_size`` (default: the process's
+    :func:`~magnetar.core.formats.max_message_size`) bounds ``uncompressed_size`` itself, checked
+    before allocating. Raises CompressionError when the data is corrupt, of another length or
+    too large, and UnsupportedCompressionError for an unknown codec.
     """
     if codec not in CODECS:
         raise UnsupportedCompressionError(codec)
-    if max_size is not None and uncompressed_size > max_size:
+    limit = formats.max_message_size() if max_size is None else max_size
+    if uncompressed_size > limit:
         raise CompressionError(
-            f"payload would decompress to {uncompressed_size} bytes, over the {max_size} allowed"
+            f"payload claims to decompress to {uncompressed_size} bytes, over the {limit} "
+            "allowed; send smaller messages or batches, or raise the server's max message size"
         )
     try:
         result = _decompress(codec, data, uncompressed_size)
@@ -76,11 +88,27 @@ def decompress(
 def decompress_payload(
     metadata: pb.MessageMetadata, data: BytesLike, *, max_size: int | None = None
 ) -> bytes:
-    """The payload described by ``metadata``, uncompressed."""
+    """The payload described by ``metadata``, uncompressed (bounded as :func:`decompress`)."""
     if metadata.compression == NONE:
         return bytes(data)
     size = metadata.uncompressed_size
     return decompress(metadata.compression, data, size, max_size=max_size)
+
+
+def check_payload(metadata: pb.MessageMetadata, data: BytesLike, *, max_size: int) -> None:
+    """Refuse, at publish, a compressed payload that does not decompress to its claimed size
+    within ``max_size``: stored, it would fail (or, unbounded, exhaust memory) on every read.
+    Raises MessageRefusedError, which the producer gets as SEND_ERROR ChecksumError and which
+    fails that message alone. Pulsar's own broker answers a corrupt message with ChecksumError
+    ("Checksum failed on the broker", Producer.checkAndStartPublish) and invalid metadata with
+    MetadataError; the C++ client treats any error but ChecksumError as a broken connection and
+    resends the message forever, so a payload that cannot be stored is answered as corrupt."""
+    if metadata.compression == NONE:
+        return
+    try:
+        decompress_payload(metadata, data, max_size=max_size)
+    except CompressionError as exc:
+        raise MessageRefusedError(f"message refused: {exc}") from exc
 
 
 def _decompress(codec: int, data: BytesLike, size: int) -> bytes:
@@ -88,6 +116,9 @@ def _decompress(codec: int, data: BytesLike, size: int) -> bytes:
         return bytes(data)
     if codec == ZLIB:
         return _inflate(data, size)
+    if codec == SNAPPY and cramjam.snappy.decompress_raw_len(data) != size:
+        claimed = cramjam.snappy.decompress_raw_len(data)
+        raise CompressionError(f"SNAPPY payload says {claimed} bytes, metadata says {size}")
     out = bytearray(size)
     if codec == LZ4:
         written = cramjam.lz4.decompress_block_into(data, out)
