@@ -49,6 +49,25 @@ def position(topic: Topic, offset: int) -> str:
     return f"{best[0]}:{best[1]}" if best else "-1:-1"
 
 
+def backlog_bytes(topic: Topic, start: int) -> int:
+    """Bytes of the entries from offset ``start`` (a mark-delete position) to the end.
+
+    Estimated as Pulsar estimates a cursor's backlog size: entry sizes as stored (headers
+    included), whole segments after ``start``, and the share of the segment holding it in
+    proportion to its messages; messages acknowledged individually beyond ``start`` still
+    count. Offloaded segments count; segments retention deleted do not.
+    """
+    total = 0
+    for seg in topic.ledger.segments():
+        if seg.state.value == "DELETED" or seg.end_offset <= start:
+            continue
+        if seg.first_offset >= start:
+            total += seg.size
+        else:  # the segment holding ``start``
+            total += seg.size * (seg.end_offset - start) // (seg.end_offset - seg.first_offset)
+    return total
+
+
 class TopicAdmin:
     """Topic and subscription administration for one broker."""
 
@@ -128,7 +147,11 @@ class TopicAdmin:
             "msgRateOut": rate(now.msgs_out, before.msgs_out),
             "msgInCounter": msgs_in,
             "storageSize": storage_size,
-            "backlogSize": sum(s.backlog for s in topic.subscriptions.values()),
+            # Bytes, as Pulsar reports it: the backlog of the slowest subscription.
+            "backlogSize": max(
+                (backlog_bytes(topic, s.cursor.mark_delete) for s in topic.subscriptions.values()),
+                default=0,
+            ),
             "publishers": [
                 {
                     "producerName": p.name,
@@ -137,15 +160,16 @@ class TopicAdmin:
                 }
                 for p in topic.producers
             ],
-            "subscriptions": {n: self._sub_stats(s) for n, s in topic.subscriptions.items()},
+            "subscriptions": {n: self._sub_stats(topic, s) for n, s in topic.subscriptions.items()},
             "deduplicationStatus": "Enabled" if topic.dedup else "Disabled",
         }
 
     @staticmethod
-    def _sub_stats(sub: Subscription) -> dict[str, Any]:
+    def _sub_stats(topic: Topic, sub: Subscription) -> dict[str, Any]:
         return {
             "type": _type_name(sub.type),
-            "msgBacklog": sub.backlog,
+            "msgBacklog": sub.backlog,  # messages
+            "backlogSize": backlog_bytes(topic, sub.cursor.mark_delete),  # bytes
             "isDurable": sub.durable,
             # Magnetar's own: messages retention deleted before this subscription read them.
             "msgSkippedByRetention": sub.skipped_by_retention,

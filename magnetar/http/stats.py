@@ -58,8 +58,9 @@ def _sum_stats(per_partition: list[dict[str, Any]]) -> dict[str, Any]:
     subscriptions: dict[str, dict[str, Any]] = {}
     for stats in per_partition:
         for sub_name, sub in stats.get("subscriptions", {}).items():
-            merged = subscriptions.setdefault(sub_name, {**sub, "msgBacklog": 0})
-            merged["msgBacklog"] += sub.get("msgBacklog", 0)
+            merged = subscriptions.setdefault(sub_name, {**sub, "msgBacklog": 0, "backlogSize": 0})
+            merged["msgBacklog"] += sub.get("msgBacklog", 0)  # messages
+            merged["backlogSize"] += sub.get("backlogSize", 0)  # bytes
     total["subscriptions"] = subscriptions
     return total
 
