@@ -3,10 +3,14 @@
 A KAFKA entry (a magic-2 record batch as the producer sent it, maybe compressed) becomes a
 Pulsar batch for Pulsar consumers; a PULSAR entry (``[u32 size][MessageMetadata][payload]``,
 maybe a compressed batch) becomes an uncompressed record batch for Kafka fetchers. The
-mapping, both ways: key ↔ partition key (base64-flagged when the key is not UTF-8), value ↔
-payload (a null value ↔ ``null_value``), timestamp ↔ event time (publish time when a Pulsar
-message has none), headers ↔ properties (values as UTF-8 text). The number of messages is
-kept, so Kafka offsets and Pulsar batch indexes name the same messages. Pure code.
+mapping, both ways: key ↔ partition key (base64-flagged when the key is not UTF-8: Java's
+``getKeyBytes()`` gives the bytes back, pulsar-client Python's ``partition_key()`` the base64
+text; not also put in ``ordering_key``, whose Python accessor fails on bytes that are not
+UTF-8; a Pulsar message with an ordering key and no partition key gets it as its Kafka key),
+value ↔ payload (a null value ↔ ``null_value``), timestamp ↔
+event time (publish time when a Pulsar message has none), headers ↔ properties without loss
+(see ``properties``: binary values, nulls and repeated names survive). The number of messages
+is kept, so Kafka offsets and Pulsar batch indexes name the same messages. Pure code.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import struct
 
 from magnetar.broker import formats
 from magnetar.core.entries import Entry
-from magnetar.protocols.kafka import records
+from magnetar.protocols.kafka import properties, records
 from magnetar.protocols.kafka.errors import CorruptRecordError, KafkaProtocolError
 from magnetar.protocols.kafka.records import Record
 from magnetar.protocols.pulsar import batch as pulsar_batch
@@ -76,9 +80,8 @@ def _single(r: Record) -> pb.SingleMessageMetadata:
         single.null_value = True
     if r.timestamp >= 0:
         single.event_time = r.timestamp
-    for key, value in r.headers:
-        text = "" if value is None else value.decode("utf-8", "replace")
-        single.properties.add(key=key, value=text)
+    for key, value in properties.to_properties(r.headers):
+        single.properties.add(key=key, value=value)
     return single
 
 
@@ -128,9 +131,11 @@ def _record(message: pulsar_batch.BatchedMessage, fallback_ts: int) -> Record:
         key = single.partition_key.encode()
         if single.partition_key_b64_encoded:
             key = _b64(single.partition_key, key)
+    elif single.HasField("ordering_key"):
+        key = single.ordering_key
     value = None if single.null_value else message.payload
     timestamp = single.event_time if single.event_time > 0 else fallback_ts
-    headers = tuple((p.key, p.value.encode()) for p in single.properties)
+    headers = properties.to_headers((p.key, p.value) for p in single.properties)
     return Record(key, value, timestamp, headers)
 
 
