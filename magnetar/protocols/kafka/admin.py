@@ -83,11 +83,31 @@ async def init_producer_id(svc: Service, session: Session, req: Request) -> Resp
 async def create_topics(svc: Service, session: Session, req: Request) -> Response:
     results = []
     for t in req.body.topics:
-        error, message = await _create_topic(
-            svc, t.name, t.num_partitions, t.replication_factor, req.body.validate_only
-        )
+        error, message = _unappliable_config(svc, t.configs or [])
+        if not error:
+            error, message = await _create_topic(
+                svc, t.name, t.num_partitions, t.replication_factor, req.body.validate_only
+            )
         results.append({"name": t.name, "error_code": error, "error_message": message})
     return {"throttle_time_ms": 0, "topics": results}
+
+
+def _unappliable_config(svc: Service, configs: list[Any]) -> tuple[ErrorCode, str | None]:
+    """INVALID_CONFIG naming the first config given at creation that this server cannot
+    apply, so none is accepted and dropped. Per-topic configs are not stored yet: a config
+    is accepted only when its value is what the topic gets anyway (what DescribeConfigs
+    reports for a new topic)."""
+    current = {c["name"]: c["value"] for c in _topic_values(svc, retention_minutes=None)}
+    for c in configs:
+        if c.name not in current:
+            return ErrorCode.INVALID_CONFIG, f"topic config {c.name!r} is not supported"
+        if c.value != current[c.name]:
+            return ErrorCode.INVALID_CONFIG, (
+                f"topic config {c.name}={c.value} cannot be applied: per-topic configs are not "
+                f"supported yet (a new topic has {c.name}={current[c.name]}); create the topic "
+                "without it (retention is set on the namespace's policies)"
+            )
+    return ErrorCode.NONE, None
 
 
 async def _create_topic(
@@ -141,18 +161,27 @@ async def describe_configs(svc: Service, session: Session, req: Request) -> Resp
     return {"throttle_time_ms": 0, "results": results}
 
 
+def _topic_values(svc: Service, retention_minutes: int | None) -> list[Response]:
+    """A topic's configs (compaction is not performed: cleanup.policy is always delete).
+    ``retention_minutes`` None leaves retention.ms out (it is the namespace's)."""
+    values = [
+        {"name": "cleanup.policy", "value": "delete"},
+        {"name": "max.message.bytes", "value": str(svc.settings.max_message_size)},
+        {"name": "message.timestamp.type", "value": "CreateTime"},
+    ]
+    if retention_minutes is not None:
+        ms = retention_minutes * 60_000 if retention_minutes > 0 else -1
+        values.insert(1, {"name": "retention.ms", "value": str(ms)})
+    return values
+
+
 async def _configs(svc: Service, kind: int, name: str, version: int) -> list[Response]:
     if kind == TOPIC_RESOURCE:
         if await svc.topics.partition_count(name) is None:
             raise UnknownTopicError(f"topic {name!r} does not exist")
         policies = await svc.broker.policies(svc.topics.name(name))
         retention = (policies.retention_policies or {}).get("retentionTimeInMinutes", -1)
-        values = {
-            "cleanup.policy": "delete",
-            "retention.ms": str(retention * 60_000 if retention > 0 else -1),
-            "max.message.bytes": str(svc.settings.max_message_size),
-            "message.timestamp.type": "CreateTime",
-        }
+        values = {c["name"]: c["value"] for c in _topic_values(svc, retention)}
     elif kind == BROKER_RESOURCE:
         values = {
             "auto.create.topics.enable": str(svc.broker.settings.allow_auto_topic_creation).lower(),
