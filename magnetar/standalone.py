@@ -151,6 +151,8 @@ def _broker_settings(s: Settings) -> BrokerSettings:
         allow_auto_topic_creation=s.allow_auto_topic_creation,
         max_message_size=s.max_message_size,
         offload_deletion_lag_ms=s.offload_deletion_lag_ms,
+        max_unacked_messages_per_consumer=s.max_unacked_messages_per_consumer,
+        max_unacked_messages_per_subscription=s.max_unacked_messages_per_subscription,
     )
 
 
@@ -161,6 +163,7 @@ def _kafka_settings(s: Settings) -> KafkaSettings:
         port=s.kafka_port,
         advertised_host=s.advertised_address or s.bind_address,
         max_message_size=s.max_message_size,
+        fetch_max_bytes=s.fetch_max_bytes,
         min_session_timeout_ms=s.group_min_session_timeout_ms,
         max_session_timeout_ms=s.group_max_session_timeout_ms,
     )

@@ -173,12 +173,14 @@ class TopicAdmin:
             "isDurable": sub.durable,
             # Magnetar's own: messages retention deleted before this subscription read them.
             "msgSkippedByRetention": sub.skipped_by_retention,
-            "unackedMessages": sum(len(c.pending) for c in sub.consumers),
+            "unackedMessages": sub.unacked,
+            "blockedSubscriptionOnUnackedMsgs": sub.blocked_on_unacked,
             "consumers": [
                 {
                     "consumerName": c.name,
                     "availablePermits": c.permits,
-                    "unackedMessages": len(c.pending),
+                    "unackedMessages": c.unacked,
+                    "blockedConsumerOnUnackedMsgs": c.blocked_on_unacked,
                     "priorityLevel": c.priority,
                 }
                 for c in sub.consumers

@@ -22,7 +22,9 @@ from magnetar.broker.errors import (
 from magnetar.broker.policies import Namespaces, Policies
 from magnetar.broker.producer_names import ProducerNames
 from magnetar.broker.schemas import SchemaRegistry
+from magnetar.broker.subscription import UnackedLimits
 from magnetar.broker.topic import Topic
+from magnetar.core import formats
 from magnetar.core.names import TopicName
 from magnetar.ledger import LedgerFactory
 from magnetar.meta import MetadataStore, Notification
@@ -38,6 +40,8 @@ class BrokerSettings:
     max_message_size: int = 5 * 1024 * 1024
     offload_deletion_lag_ms: int = 4 * 3600 * 1000  # Pulsar's default: 4 hours
     cluster_name: str = "standalone"  # the prefix of generated producer names
+    max_unacked_messages_per_consumer: int = 50_000  # Shared/Key_Shared; 0: no cap (Pulsar's)
+    max_unacked_messages_per_subscription: int = 200_000  # Shared/Key_Shared; 0: no cap
 
 
 class Broker:
@@ -58,6 +62,7 @@ class Broker:
         self.producer_names = ProducerNames(settings.cluster_name)
 
     async def start(self) -> None:
+        formats.limit_message_size(self.settings.max_message_size)
         await self.namespaces.ensure_defaults()
         await self.producer_names.start(self.meta)
 
@@ -159,7 +164,17 @@ class Broker:
                 raise TopicNotFoundError(f"topic {name} does not exist")
             await self.meta.put(paths.topic_path(name.tenant, name.namespace, name.local), b"{}")
         ledger = await self.ledgers.open(name.path)
-        topic = Topic(name, ledger, self.meta, new_producer_name=self.producer_names.next)
+        limits = UnackedLimits(
+            self.settings.max_unacked_messages_per_consumer,
+            self.settings.max_unacked_messages_per_subscription,
+        )
+        topic = Topic(
+            name,
+            ledger,
+            self.meta,
+            new_producer_name=self.producer_names.next,
+            unacked_limits=limits,
+        )
         await topic.load_subscriptions()
         await self._configure_dedup(topic)
         return topic

@@ -23,7 +23,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from magnetar.broker import formats
+from magnetar.broker import formats, key_shared
 from magnetar.broker.cursor import Cursor, CursorStore
 from magnetar.broker.errors import ConsumerBusyError
 from magnetar.core.entries import Entry
@@ -33,6 +33,7 @@ from magnetar.ledger import ManagedLedger, OffsetOutOfRangeError
 log = logging.getLogger(__name__)
 READ_BATCH = 500
 RING_POINTS = 64
+LOOK_AHEAD = READ_BATCH  # Key_Shared: entries parked while their consumer has no permits
 
 
 class SubType(enum.IntEnum):
@@ -42,6 +43,9 @@ class SubType(enum.IntEnum):
     SHARED = 1
     FAILOVER = 2
     KEY_SHARED = 3
+
+
+_CAPPED = (SubType.SHARED, SubType.KEY_SHARED)  # the types Pulsar caps unacked messages of
 
 
 @dataclass(slots=True)
@@ -60,6 +64,16 @@ class ConsumerSink(Protocol):
     def closed_by_broker(self, consumer: Consumer) -> None: ...
 
 
+@dataclass(frozen=True, slots=True)
+class UnackedLimits:
+    """Pulsar's caps on messages delivered and not yet acknowledged, for Shared and Key_Shared
+    subscriptions (``maxUnackedMessagesPerConsumer`` / ``...PerSubscription``; 0: no cap). A
+    consumer or subscription at its cap gets nothing more until acks bring it to half."""
+
+    per_consumer: int = 50_000
+    per_subscription: int = 200_000
+
+
 @dataclass(eq=False)
 class Consumer:
     consumer_id: int
@@ -70,6 +84,15 @@ class Consumer:
     pending: set[int] = field(default_factory=set)  # base offsets of unacked entries
     delivered: int = 0
     acked: int = 0
+    unacked: int = 0  # messages of the entries in ``pending``
+    max_unacked: int = 0  # 0: no cap (Exclusive, Failover)
+    blocked_on_unacked: bool = False  # Pulsar's blockedConsumerOnUnackedMsgs
+    paused: bool = False  # its connection is not draining: the sink sets and clears this
+
+    @property
+    def ready(self) -> bool:
+        """Dispatch may hand this consumer an entry now."""
+        return self.permits > 0 and not self.paused and not self.blocked_on_unacked
 
 
 class Subscription:
@@ -84,6 +107,7 @@ class Subscription:
         *,
         durable: bool = True,
         start: int = 0,
+        limits: UnackedLimits = UnackedLimits(),
     ) -> None:
         self.name = name
         self.type = sub_type
@@ -99,12 +123,16 @@ class Subscription:
         self._counts: dict[int, int] = {}  # base → messages, of every unsettled delivered entry
         self._rr = 0
         self._ring: list[tuple[int, Consumer]] = []
+        self._key_hashes: dict[int, int] = {}  # Key_Shared: base → key hash, of pending entries
         self._task: asyncio.Task[None] | None = None
         self._again = False
         self._epoch = 0  # bumped by seek: reads started before it are stale
         self._seeking: asyncio.Future[None] | None = None
         self._remove_listener = ledger.on_append(self.kick)
         self.skipped_by_retention = 0  # messages deleted before this subscription read them
+        self.limits = limits
+        self.unacked = 0  # messages delivered to any consumer and not settled
+        self.blocked_on_unacked = False  # Pulsar's blockedDispatcherOnUnackedMsgs
 
     # -- membership ---------------------------------------------------------------------
 
@@ -123,6 +151,8 @@ class Subscription:
                 f"exclusive subscription {self.name!r} already has a consumer; "
                 "use Shared, Failover or Key_Shared to attach several"
             )
+        if sub_type in _CAPPED:
+            consumer.max_unacked = self.limits.per_consumer
         self.consumers.append(consumer)
         self._rebuild_ring()
         self.kick()
@@ -135,6 +165,7 @@ class Subscription:
             self._pending.pop(base, None)
             self._replay.add(base)
         consumer.pending.clear()
+        self._count_unacked(consumer, -consumer.unacked)
         self._rebuild_ring()
         self.kick()
 
@@ -191,6 +222,7 @@ class Subscription:
                     owner[0].pending.discard(base)
                     owner[0].acked += 1
                     del self._pending[base]
+                    self._count_unacked(owner[0], -owner[1])
                 self._replay.discard(base)
                 self._redeliveries.pop(base, None)
                 self._counts.pop(base, None)
@@ -206,7 +238,9 @@ class Subscription:
         )
         for base in chosen:
             consumer.pending.discard(base)
-            self._pending.pop(base, None)
+            owner = self._pending.pop(base, None)
+            if owner is not None:
+                self._count_unacked(consumer, -owner[1])
             self._replay.add(base)
             self._redeliveries[base] += 1
         if chosen:
@@ -227,6 +261,8 @@ class Subscription:
         self._epoch += 1
         for c in self.consumers:
             c.pending.clear()
+            c.unacked, c.blocked_on_unacked = 0, False
+        self.unacked, self.blocked_on_unacked = 0, False
         if self.store is None:
             return
         done = asyncio.get_running_loop().create_future()
@@ -310,8 +346,30 @@ class Subscription:
         self.ack_cumulative(start - 1)
         return True
 
+    def _count_unacked(self, consumer: Consumer, delta: int) -> None:
+        """Add ``delta`` messages to the unacked counts and block at the caps; unblock (and
+        dispatch again) at half the cap, as Pulsar does, not at every single ack."""
+        consumer.unacked += delta
+        self.unacked += delta
+        if delta > 0:
+            cap = consumer.max_unacked
+            consumer.blocked_on_unacked |= 0 < cap <= consumer.unacked
+            cap = self.limits.per_subscription if self.type in _CAPPED else 0
+            self.blocked_on_unacked |= 0 < cap <= self.unacked
+            return
+        woken = False
+        if consumer.blocked_on_unacked and consumer.unacked <= consumer.max_unacked // 2:
+            consumer.blocked_on_unacked, woken = False, True
+        if self.blocked_on_unacked and self.unacked <= self.limits.per_subscription // 2:
+            self.blocked_on_unacked, woken = False, True
+        if woken:
+            self.kick()
+
     async def _dispatch(self) -> None:
-        while any(c.permits > 0 for c in self.consumers):
+        if self.type is SubType.KEY_SHARED:
+            await self._dispatch_by_key()
+            return
+        while not self.blocked_on_unacked and any(c.ready for c in self.consumers):
             epoch = self._epoch
             if self._replay:
                 entries = await self._read_replay()
@@ -345,6 +403,58 @@ class Subscription:
                 self._counts.pop(base, None)
         return out
 
+    async def _dispatch_by_key(self) -> None:
+        """Key_Shared passes: waiting entries first, then new ones; a consumer without
+        permits makes only its own keys wait (see :mod:`key_shared`), never the others."""
+        while any(c.permits > 0 for c in self.consumers):
+            epoch = self._epoch
+            replayed = await self._read_replay() if self._replay else []
+            fresh: list[Entry] = []
+            # New entries only while every waiting one was looked at (their keys hold back).
+            if len(self._replay) < LOOK_AHEAD and self.read_position < self.ledger.end_offset:
+                budget = max(1, min(READ_BATCH, sum(max(c.permits, 0) for c in self.consumers)))
+                fresh = await self.ledger.read(self.read_position, max_entries=budget)
+            if epoch != self._epoch:
+                continue
+            if not self._send_by_key(replayed, fresh):
+                return
+
+    def _send_by_key(self, replayed: list[Entry], fresh: list[Entry]) -> bool:
+        """Deliver what may go now, park what must wait; False when nothing moved."""
+        draining: dict[int, set[Consumer]] = defaultdict(set)
+        for base, (consumer, _) in self._pending.items():
+            if (h := self._key_hashes.get(base)) is not None:
+                draining[h].add(consumer)
+        chosen = key_shared.select(
+            replayed,
+            fresh,
+            owner_of=self._ring_owner,
+            room={c: c.permits for c in self.consumers},
+            draining=draining,
+            look_ahead=LOOK_AHEAD - len(self._replay),
+            settled=self._settled_or_pending,
+        )
+        self._key_hashes.update((e.base_offset, h) for e, h in chosen.deliver)
+        sent = self._send([e for e, _ in chosen.deliver], replay=True)
+        for entry, _ in chosen.deliver:  # refused after all (a cap): it waits with the rest
+            if not self._settled_or_pending(entry):
+                self._replay.add(entry.base_offset)
+        self._replay.update(chosen.park)
+        moved = chosen.read_to is not None and chosen.read_to > self.read_position
+        self.read_position = max(self.read_position, chosen.read_to or 0)
+        if len(self._key_hashes) > 2 * len(self._pending) + 1024:  # drop settled ones
+            known = self._key_hashes
+            self._key_hashes = {b: known[b] for b in self._pending if b in known}
+        return bool(sent or chosen.park or moved)
+
+    def _ring_owner(self, h: int) -> Consumer:
+        i = bisect.bisect_left(self._ring, h, key=lambda p: p[0]) % len(self._ring)
+        return self._ring[i][1]
+
+    def _settled_or_pending(self, entry: Entry) -> bool:
+        base, count = entry.base_offset, entry.count
+        return base in self._pending or self.cursor.acked_count(base, base + count) >= count
+
     def _send(self, entries: list[Entry], *, replay: bool) -> int:
         batches: dict[int, tuple[Consumer, list[Delivery]]] = {}
         sent = 0
@@ -357,7 +467,7 @@ class Subscription:
                 if not replay:
                     self.read_position = entry.next_offset
                 continue
-            consumer = self._pick(entry)
+            consumer = None if self.blocked_on_unacked else self._pick(entry)
             if consumer is None:
                 break
             indexes = None
@@ -372,6 +482,7 @@ class Subscription:
             self._counts[base] = count
             consumer.delivered += 1
             self._pending[base] = (consumer, count)
+            self._count_unacked(consumer, count)
             self._replay.discard(base)
             sent += 1
             if not replay:
@@ -383,12 +494,12 @@ class Subscription:
     def _pick(self, entry: Entry) -> Consumer | None:
         if self.type in (SubType.EXCLUSIVE, SubType.FAILOVER):
             active = self.active_consumer()
-            return active if active is not None and active.permits > 0 else None
+            return active if active is not None and active.ready else None
         if self.type is SubType.SHARED:
             n = len(self.consumers)
             for i in range(n):
                 c = self.consumers[(self._rr + i) % n]
-                if c.permits > 0:
+                if c.ready:
                     self._rr = (self._rr + i + 1) % n
                     return c
             return None
@@ -396,7 +507,7 @@ class Subscription:
         h = zlib.crc32(key)
         i = bisect.bisect_left(self._ring, h, key=lambda p: p[0]) % len(self._ring)
         owner = self._ring[i][1]
-        return owner if owner.permits > 0 else None
+        return owner if owner.ready else None
 
     async def aclose(self) -> None:
         self._remove_listener()

@@ -15,7 +15,7 @@ from magnetar.broker.errors import (
     ProducerFencedError,
     SubscriptionNotFoundError,
 )
-from magnetar.broker.subscription import Subscription, SubType
+from magnetar.broker.subscription import Subscription, SubType, UnackedLimits
 from magnetar.core.entries import Entry
 from magnetar.core.names import TopicName
 from magnetar.ledger import ManagedLedger
@@ -59,6 +59,7 @@ class Topic:
     # Names for producers that bring none: unique for the life of the cluster (the broker's
     # ProducerNames), so a new producer never inherits another's sequence ids.
     new_producer_name: Callable[[], str] = field(default=lambda: "")
+    unacked_limits: UnackedLimits = field(default_factory=UnackedLimits)
     _exclusive_waiters: deque[tuple[Producer, asyncio.Future[None]]] = field(default_factory=deque)
 
     @property
@@ -70,7 +71,9 @@ class Topic:
             store = await CursorStore.load(self.meta, f"{self.cursor_root}/{sub}", 0)
             # Cursors written before the type was stored come back as Exclusive.
             sub_type = SubType[store.sub_type or SubType.EXCLUSIVE.name]
-            self.subscriptions[sub] = Subscription(sub, sub_type, self.ledger, store)
+            self.subscriptions[sub] = Subscription(
+                sub, sub_type, self.ledger, store, limits=self.unacked_limits
+            )
 
     # -- producers ----------------------------------------------------------------------
 
@@ -208,7 +211,15 @@ class Topic:
         if durable:
             path = f"{self.cursor_root}/{name}"
             store = await CursorStore.load(self.meta, path, start, sub_type.name)
-        sub = Subscription(name, sub_type, self.ledger, store, durable=durable, start=start)
+        sub = Subscription(
+            name,
+            sub_type,
+            self.ledger,
+            store,
+            durable=durable,
+            start=start,
+            limits=self.unacked_limits,
+        )
         self.subscriptions[name] = sub
         return sub
 

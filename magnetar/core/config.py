@@ -74,6 +74,10 @@ class Settings:
     deduplication_enabled: bool = False  # broker-wide default; namespaces may override
     schema_compatibility_strategy: str = "FULL"  # Pulsar's broker default (namespace UNDEFINED)
     max_message_size: int = 5 * MiB
+    # Pulsar's caps on unacknowledged messages of Shared / Key_Shared subscriptions (0: none)
+    max_unacked_messages_per_consumer: int = 50_000
+    max_unacked_messages_per_subscription: int = 200_000
+    fetch_max_bytes: int = 50 * MiB  # largest Kafka fetch response (Kafka's fetch.max.bytes)
     allow_auto_topic_creation: bool = True
     retention_check_interval: float = 30.0  # seconds between retention / TTL sweeps
     tier_url: str = ""  # object store for offloaded segments; default file://DATA_DIR/tier
@@ -113,6 +117,8 @@ def as_dict(settings: Settings) -> dict[str, Any]:
 
 _FIELDS = {f.name: f for f in dataclasses.fields(Settings)}
 _NON_NEGATIVE = {
+    "max_unacked_messages_per_consumer",
+    "max_unacked_messages_per_subscription",
     "segment_max_age",
     "segment_max_entries",
     "offload_deletion_lag_ms",
@@ -124,6 +130,7 @@ _POSITIVE = {
     "index_interval_bytes",
     "tail_cache_bytes",
     "max_message_size",
+    "fetch_max_bytes",
     "group_min_session_timeout_ms",
     "group_max_session_timeout_ms",
     "retention_check_interval",

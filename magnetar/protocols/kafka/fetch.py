@@ -1,7 +1,8 @@
 """Fetch (long poll) and ListOffsets.
 
 Fetch reads each requested partition from its fetch offset, up to the partition's and the
-request's byte limits (always at least one batch, so a batch bigger than the limit still
+request's byte limits, the latter capped by the server's ``fetch_max_bytes`` as Kafka's
+``fetch.max.bytes`` (always at least one batch, so a batch bigger than the limit still
 moves the consumer on). If fewer than ``min_bytes`` are ready it waits, up to ``max_wait_ms``,
 for an append to any of the partitions. KAFKA entries go out as stored, renumbered from their
 offset; PULSAR entries are converted into record batches. Everything stored is committed:
@@ -57,8 +58,9 @@ async def fetch(svc: Service, session: Session, req: Request) -> dict[str, Any]:
         await _resolve(svc, part)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(b.max_wait_ms, 0) / 1000
+    max_bytes = min(b.max_bytes, svc.settings.fetch_max_bytes)
     while True:
-        total = await _read_all(parts, b.max_bytes)
+        total = await _read_all(parts, max_bytes)
         if total >= max(b.min_bytes, 1) or any(p.error for p in parts):
             break
         remaining = deadline - loop.time()

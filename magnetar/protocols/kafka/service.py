@@ -32,6 +32,7 @@ class KafkaSettings:
     cluster_id: str = "magnetar"
     max_message_size: int = 5 * 1024 * 1024
     max_request_size: int = 100 * 1024 * 1024
+    fetch_max_bytes: int = 50 * 1024 * 1024  # largest fetch response, whatever the client asks
     min_session_timeout_ms: int = 6_000  # group members asking for less are refused
     max_session_timeout_ms: int = 30 * 60_000  # ... or more
 

@@ -38,6 +38,11 @@ from magnetar.protocols.pulsar.message_ids import to_wire
 
 log = logging.getLogger(__name__)
 T = pb.BaseCommand.Type
+# Outbound bytes a connection may hold unsent before its consumers get nothing more: dispatch
+# stops at the high mark and resumes when the client has read down to the low one. A round of
+# dispatch reads at most a few MiB, so a client that never reads costs about this much.
+WRITE_BUFFER_HIGH = 8 * 1024 * 1024
+WRITE_BUFFER_LOW = 2 * 1024 * 1024
 _request_ids = itertools.count(1 << 40)
 _ = entry_format  # registers the PULSAR entry format with the broker
 
@@ -97,6 +102,7 @@ class Connection(asyncio.Protocol):
         self._opening: dict[int, asyncio.Task[object]] = {}  # producer id → PRODUCER task
         self._tasks: set[asyncio.Task[None]] = set()
         self.ack_tasks: set[asyncio.Task[None]] = set()
+        self.paused = False  # the transport's buffer is above WRITE_BUFFER_HIGH
         self._handlers: dict[int, Callable[[Frame], Awaitable[None] | None]] = Commands(
             self
         ).table()
@@ -105,8 +111,22 @@ class Connection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
+        transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH, low=WRITE_BUFFER_LOW)
         self.transport = transport
         self.server.connections.add(self)
+
+    def pause_writing(self) -> None:
+        """The client reads slower than it is sent to: dispatch no more to its consumers."""
+        self.paused = True
+        for handle in self.consumers.values():
+            handle.consumer.paused = True
+
+    def resume_writing(self) -> None:
+        """The client has caught up: its consumers get messages again."""
+        self.paused = False
+        for handle in list(self.consumers.values()):
+            handle.consumer.paused = False
+            handle.subscription.kick()
 
     def data_received(self, data: bytes) -> None:
         while True:
@@ -270,6 +290,7 @@ class Connection(asyncio.Protocol):
     # -- helpers shared by the command handlers ------------------------------------------
 
     def register_consumer(self, handle: ConsumerHandle) -> None:
+        handle.consumer.paused = self.paused
         self.consumers[handle.consumer.consumer_id] = handle
         self._by_consumer[id(handle.consumer)] = handle
 
