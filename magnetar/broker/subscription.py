@@ -32,6 +32,7 @@ from magnetar.ledger import ManagedLedger, OffsetOutOfRangeError
 
 log = logging.getLogger(__name__)
 READ_BATCH = 500
+READ_MAX_BYTES = 4 << 20  # what one read of new entries brings at most (the ledger's default)
 RING_POINTS = 64
 LOOK_AHEAD = READ_BATCH  # Key_Shared: entries parked while their consumer has no permits
 
@@ -393,11 +394,14 @@ class Subscription:
                 return
 
     async def _read_replay(self) -> list[Entry]:
-        out = []
+        out, size = [], 0
         for base in sorted(self._replay)[:READ_BATCH]:
+            if size >= READ_MAX_BYTES:  # as a read of new entries: one round stays small
+                break
             got = await self.ledger.read(base, max_entries=1)
             if got and got[0].base_offset == base:
                 out.append(got[0])
+                size += len(got[0].payload)
             else:
                 self._replay.discard(base)  # trimmed away by retention: nothing to redeliver
                 self._counts.pop(base, None)
