@@ -410,7 +410,7 @@ class Subscription:
     async def _dispatch_by_key(self) -> None:
         """Key_Shared passes: waiting entries first, then new ones; a consumer without
         permits makes only its own keys wait (see :mod:`key_shared`), never the others."""
-        while any(c.permits > 0 for c in self.consumers):
+        while not self.blocked_on_unacked and any(c.ready for c in self.consumers):
             epoch = self._epoch
             replayed = await self._read_replay() if self._replay else []
             fresh: list[Entry] = []
@@ -433,7 +433,7 @@ class Subscription:
             replayed,
             fresh,
             owner_of=self._ring_owner,
-            room={c: c.permits for c in self.consumers},
+            room={c: c.permits if c.ready else 0 for c in self.consumers},  # paused, capped: 0
             draining=draining,
             look_ahead=LOOK_AHEAD - len(self._replay),
             settled=self._settled_or_pending,

@@ -176,3 +176,35 @@ def test_consumers_joining_and_leaving_mid_stream_keep_key_order(
     third.close()
     assert got == N
     _check(receivers.log, sent)
+
+
+def test_a_joining_consumer_waits_for_keys_the_old_owner_still_holds(
+    client: pulsar.Client, topic: str
+) -> None:
+    """ "first" holds ten messages unacknowledged when "second" joins and takes some of their
+    keys over: "second" gets none of those keys until "first" has acknowledged them."""
+
+    def join(name: str) -> pulsar.Consumer:
+        return client.subscribe(
+            topic, "join", consumer_type=KEY_SHARED, receiver_queue_size=10, consumer_name=name
+        )
+
+    first = join("first")
+    sent = [f"m-{i:04d}".encode() for i in range(100)]
+    _send(client.create_producer(topic, batching_enabled=False), sent)
+    held = [first.receive(RECEIVE_MS) for _ in range(10)]  # received, not acknowledged yet
+    second = join("second")
+    log: list[tuple[str, str, bytes]] = []
+    log += [("second", _key(sent.index(m)), m) for m in drain(second)]
+    for msg in held:
+        log.append(("first", msg.partition_key(), msg.data()))
+        first.acknowledge(msg)
+    while len(log) < len(sent):
+        more = [("first", _key(sent.index(m)), m) for m in drain(first)]
+        more += [("second", _key(sent.index(m)), m) for m in drain(second)]
+        if not more:
+            break
+        log += more
+    moved = {k for name, k, _ in log if name == "second"} & {m.partition_key() for m in held}
+    assert moved, "no key moved to the joining consumer: the test proves nothing"
+    _check(log, sent)

@@ -87,4 +87,3 @@ class KafkaEntryFormat:
             producer_epoch=epoch,
             base_sequence=rows[0].sequence_id if producer_id >= 0 else -1,
         )
-

@@ -198,4 +198,3 @@ def _single(row: MessageRow) -> pb.SingleMessageMetadata:
     for k, v in row.properties.items():
         single.properties.add(key=k, value=v)
     return single
-
