@@ -16,16 +16,19 @@ from magnetar.broker import Broker, BrokerSettings
 from magnetar.broker.offload import OffloadService
 from magnetar.broker.retention import RetentionService
 from magnetar.core.config import Settings, parse_listeners
+from magnetar.http.metrics import MetricSource, storage_metrics
 from magnetar.http.server import HttpServer
 from magnetar.ledger import LedgerFactory
 from magnetar.meta import MetadataStore, open_metadata_store
 from magnetar.protocols.flight.server import BulkReadServer
+from magnetar.protocols.kafka.metrics import kafka_metrics
 from magnetar.protocols.kafka.server import KafkaServer
 from magnetar.protocols.kafka.service import KafkaSettings
 from magnetar.protocols.pulsar.server import PulsarServer
 from magnetar.storage import StorageEngine
 from magnetar.tier import Tier, open_object_store
 from magnetar.views.http import view_routes
+from magnetar.views.metrics import view_metrics
 from magnetar.views.service import ViewService
 
 
@@ -90,9 +93,11 @@ class Standalone:
                 service_url=node.pulsar.service_url,
                 offload=node.offload,
                 flight_url=f"grpc://{advertised}:{node.flight.port}",
+                topic_level_metrics=settings.expose_topic_level_metrics,
             )
             node.views = ViewService(settings, meta, broker)
             node.http.extra_routes += view_routes(node.views)
+            node.http.metric_sources += _metric_sources(node)
             await node.http.start()
             await node.views.start(f"http://{_local(settings.bind_address)}:{node.http.port}")
             node.retention = RetentionService(broker, interval=settings.retention_check_interval)
@@ -137,6 +142,19 @@ class Standalone:
             await self.storage.aclose()
         finally:
             await self.meta.aclose()
+
+
+def _metric_sources(node: Standalone) -> list[MetricSource]:
+    """What /metrics adds to the broker's series: storage, Kafka and views."""
+    cluster = node.broker.settings.cluster_name
+    sources = []
+    if isinstance(node.storage, StorageEngine):
+        sources.append(storage_metrics(node.storage, cluster))
+    if node.kafka is not None:
+        sources.append(kafka_metrics(node.kafka))
+    if node.views is not None:
+        sources.append(view_metrics(node.views, cluster))
+    return sources
 
 
 def _local(bind: str) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from magnetar.broker.broker import Broker
 from magnetar.broker.errors import InvalidRequestError
@@ -34,6 +34,18 @@ class OffloadStatus:
     last_error: str = ""
     requested_before: int = -1  # an admin request still to satisfy (offset), or -1
     offloaded: int = 0  # segments offloaded by this node since start
+    offloaded_bytes: int = 0  # their bytes (as stored locally), since start
+    # segments due (by policy or request) and not offloaded yet: the offload lag
+    queued: dict[int, SegmentInfo] = field(default_factory=dict)
+
+    def lag(self, now_ms: int) -> tuple[int, float]:
+        """Bytes due for offload and not offloaded yet, and the seconds the oldest of them
+        has waited since its segment closed."""
+        queued = list(self.queued.values())
+        if not queued:
+            return 0, 0.0
+        oldest = min(s.closed_ms or s.created_ms for s in queued)
+        return sum(s.size for s in queued), max(0.0, (now_ms - oldest) / 1000)
 
 
 class OffloadService:
@@ -130,9 +142,11 @@ class OffloadService:
 
     def _start(self, topic: Topic, due: list[SegmentInfo]) -> None:
         key = str(topic.name)
+        status = self.status.setdefault(key, OffloadStatus())
+        status.queued.update((s.segment_id, s) for s in due)
         if key in self._running and not self._running[key].done():
             return
-        self.status.setdefault(key, OffloadStatus()).status = "RUNNING"
+        status.status = "RUNNING"
         task = asyncio.get_running_loop().create_task(self._offload(topic, due))
         self._running[key] = task
 
@@ -142,6 +156,8 @@ class OffloadService:
             for seg in due:
                 if await self._offload_one(topic, seg):
                     status.offloaded += 1
+                    status.offloaded_bytes += seg.size
+                status.queued.pop(seg.segment_id, None)
         except Exception as e:
             status.status, status.last_error = "ERROR", f"{type(e).__name__}: {e}"
             log.warning("offload of %s failed (will retry): %s", topic.name, e)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from magnetar.broker import formats, key_shared
+from magnetar.broker.counters import TopicCounters
 from magnetar.broker.cursor import Cursor, CursorStore
 from magnetar.broker.errors import ConsumerBusyError
 from magnetar.core.entries import Entry
@@ -109,6 +110,7 @@ class Subscription:
         durable: bool = True,
         start: int = 0,
         limits: UnackedLimits = UnackedLimits(),
+        counters: TopicCounters | None = None,
     ) -> None:
         self.name = name
         self.type = sub_type
@@ -134,6 +136,8 @@ class Subscription:
         self.limits = limits
         self.unacked = 0  # messages delivered to any consumer and not settled
         self.blocked_on_unacked = False  # Pulsar's blockedDispatcherOnUnackedMsgs
+        self.counters = counters if counters is not None else TopicCounters()  # the topic's
+        self.msgs_out = self.bytes_out = 0  # delivered by this subscription, since loaded
 
     # -- membership ---------------------------------------------------------------------
 
@@ -461,7 +465,7 @@ class Subscription:
 
     def _send(self, entries: list[Entry], *, replay: bool) -> int:
         batches: dict[int, tuple[Consumer, list[Delivery]]] = {}
-        sent = 0
+        sent = messages = size = 0
         for entry in entries:
             base, count = entry.base_offset, entry.count
             acked = self.cursor.acked_count(base, base + count)
@@ -489,10 +493,15 @@ class Subscription:
             self._count_unacked(consumer, count)
             self._replay.discard(base)
             sent += 1
+            messages += count - acked
+            size += len(entry.payload)
             if not replay:
                 self.read_position = entry.next_offset
         for consumer, deliveries in batches.values():
             consumer.sink.deliver(consumer, deliveries)
+        self.msgs_out += messages
+        self.bytes_out += size
+        self.counters.delivered(messages, size)
         return sent
 
     def _pick(self, entry: Entry) -> Consumer | None:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from magnetar.broker.counters import TopicCounters
 from magnetar.broker.cursor import CursorStore
 from magnetar.broker.dedup import Deduplication
 from magnetar.broker.errors import (
@@ -60,6 +62,7 @@ class Topic:
     # ProducerNames), so a new producer never inherits another's sequence ids.
     new_producer_name: Callable[[], str] = field(default=lambda: "")
     unacked_limits: UnackedLimits = field(default_factory=UnackedLimits)
+    counters: TopicCounters = field(default_factory=TopicCounters)  # since loaded
     _exclusive_waiters: deque[tuple[Producer, asyncio.Future[None]]] = field(default_factory=deque)
 
     @property
@@ -72,7 +75,12 @@ class Topic:
             # Cursors written before the type was stored come back as Exclusive.
             sub_type = SubType[store.sub_type or SubType.EXCLUSIVE.name]
             self.subscriptions[sub] = Subscription(
-                sub, sub_type, self.ledger, store, limits=self.unacked_limits
+                sub,
+                sub_type,
+                self.ledger,
+                store,
+                limits=self.unacked_limits,
+                counters=self.counters,
             )
 
     # -- producers ----------------------------------------------------------------------
@@ -173,12 +181,14 @@ class Topic:
         answered as a duplicate and not stored again; a failure leaves nothing stored and
         the same call may be retried.
         """
+        started = time.perf_counter()
         dedup = self.dedup if sequence is not None else None
         if dedup is None or sequence is None:
             entry = await self.ledger.append(
                 payload, count=count, publish_time=publish_time, event_time=event_time, fmt=fmt
             )
             producer.published += count
+            self.counters.published(count, len(payload), time.perf_counter() - started)
             return PublishResult(entry)
         first, highest = sequence
         if not await dedup.admit(producer.name, first):
@@ -194,6 +204,7 @@ class Topic:
         finally:
             done.set_result(None)
         producer.published += count
+        self.counters.published(count, len(payload), time.perf_counter() - started)
         if dedup.persisted_up_to(producer.name, highest, entry.next_offset):
             await dedup.snapshot()
         return PublishResult(entry)
@@ -219,6 +230,7 @@ class Topic:
             durable=durable,
             start=start,
             limits=self.unacked_limits,
+            counters=self.counters,
         )
         self.subscriptions[name] = sub
         return sub

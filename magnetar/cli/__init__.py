@@ -42,6 +42,12 @@ _STANDALONE_FLAGS: list[tuple[str, str, type, str]] = [
     ),
     ("--pulsar-port", "pulsar_port", int, "Pulsar binary protocol port (default 6650)"),
     ("--http-port", "http_port", int, "admin REST / HTTP port (default 8080)"),
+    (
+        "--expose-topic-level-metrics",
+        "expose_topic_level_metrics",
+        str,
+        "/metrics series per topic: true (default) | false (summed per namespace)",
+    ),
     ("--kafka-port", "kafka_port", int, "Kafka protocol port (default 9092)"),
     ("--group-min-session-timeout-ms", "group_min_session_timeout_ms", int, "shortest session ms"),
     ("--group-max-session-timeout-ms", "group_max_session_timeout_ms", int, "longest session ms"),

@@ -65,6 +65,9 @@ class Settings:
     advertised_listeners: str = ""
     pulsar_port: int = 6650
     http_port: int = 8080
+    # a /metrics series per topic and subscription (Pulsar's exposeTopicLevelMetricsInPrometheus);
+    # off: summed per namespace, for nodes with many topics
+    expose_topic_level_metrics: bool = True
     kafka_port: int = 9092
     kafka_namespace: str = "public/default"  # Kafka topic NAME = persistent://<this>/NAME
     # session timeouts a Kafka group member may ask for (Kafka's group.min/max.session.timeout.ms)

@@ -17,6 +17,8 @@ from magnetar.broker.admin import PreconditionFailedError, TopicAdmin
 from magnetar.broker.offload import OffloadService
 from magnetar.core.errors import InvalidNameError, MagnetarError
 from magnetar.http import reading, tenants, topics
+from magnetar.http.broker_metrics import BrokerMetrics
+from magnetar.http.metrics import MetricsEndpoint, MetricSource
 from magnetar.http.offload import offload_routes
 from magnetar.http.routes import Handler, Route, ok, openapi
 from magnetar.http.stats import stats_routes
@@ -66,6 +68,7 @@ class HttpServer:
         service_url: str,
         offload: OffloadService | None = None,
         flight_url: str | None = None,
+        topic_level_metrics: bool = True,
     ):
         self.broker = broker
         self.host = host
@@ -76,6 +79,10 @@ class HttpServer:
         self.offload = offload
         self.flight_url = flight_url
         self.extra_routes: list[Route] = []
+        # what GET /metrics renders; the standalone adds the sources of higher tiers
+        self.metric_sources: list[MetricSource] = [
+            BrokerMetrics(broker, topic_level=topic_level_metrics, offload=offload).source()
+        ]
         self._runner: web.AppRunner | None = None
 
     @property
@@ -89,6 +96,7 @@ class HttpServer:
         if self.offload is not None:
             table += offload_routes(self.admin, self.offload)
         table += reading.routes(self.broker, self.flight_url)
+        table.append(MetricsEndpoint(self.metric_sources).route())
         return table + self.extra_routes
 
     def build_app(self) -> web.Application:

@@ -19,6 +19,7 @@ import itertools
 import logging
 import os
 import shutil
+import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from magnetar.core.clock import SYSTEM_CLOCK, Clock
 from magnetar.core.config import Settings, check_writable
 from magnetar.core.entries import Entry
 from magnetar.core.errors import ClosedError, MagnetarError
+from magnetar.core.metrics import SIZE_BOUNDS, Histogram
 from magnetar.meta import MetadataStore
 from magnetar.storage import catalog
 from magnetar.storage.errors import (
@@ -61,6 +63,11 @@ class EngineStats:
     disk_full_episodes: int = 0
     recovery_cut_bytes: int = 0  # torn tails cut at the last start (journal and segments)
     recovery_cut_records: int = 0
+    cache_hits: int = 0  # reads served from the tail cache
+    cache_misses: int = 0  # reads of stored entries that went to segment files
+    fsync_latency: Histogram = field(default_factory=Histogram)  # seconds per journal fsync
+    # appends per group commit (one journal write, one fsync)
+    group_commit_entries: Histogram = field(default_factory=lambda: Histogram(SIZE_BOUNDS))
 
 
 @dataclass(slots=True)
@@ -403,6 +410,7 @@ class StorageEngine:
             position += sum(len(b) for b in run.journal_buffers())
         self.stats.flushes += 1
         self.stats.entries += len(batch)
+        self.stats.group_commit_entries.observe(len(batch))
         if self.stats.disk_full:
             self._note_disk(None)
 
@@ -473,8 +481,7 @@ class StorageEngine:
         start = journal.write([b for run in runs for b in run.journal_buffers()])
         try:  # any failure, not only an OSError, takes the group back off the journal
             if self.settings.fsync.mode == "always":
-                journal.sync()
-                self.stats.fsyncs += 1
+                self._sync(journal)
             self._copy(first, start)
         except BaseException:
             journal.truncate(start)
@@ -502,8 +509,14 @@ class StorageEngine:
         while not self._closed:
             await asyncio.sleep(interval)
             if self._journal is not None:
-                await loop.run_in_executor(self._writer, self._journal.sync)
-                self.stats.fsyncs += 1
+                await loop.run_in_executor(self._writer, self._sync, self._journal)
+
+    def _sync(self, journal: Journal) -> None:
+        """On the writer thread (the latency histogram's one writer): fsync, timed."""
+        started = time.perf_counter()
+        journal.sync()
+        self.stats.fsync_latency.observe(time.perf_counter() - started)
+        self.stats.fsyncs += 1
 
     # -- segment rollover and checkpoints -----------------------------------------------
 
@@ -614,7 +627,10 @@ class StorageEngine:
         if offset >= part.start_offset:
             cached = part.cache.read(offset, max_entries, max_bytes)
             if cached is not None:
+                self.stats.cache_hits += 1
                 return cached
+        if offset < part.end_offset:
+            self.stats.cache_misses += 1
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._readers, part.read, offset, max_entries, max_bytes)
 

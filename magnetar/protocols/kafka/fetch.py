@@ -102,6 +102,9 @@ async def _read(part: _Part, limit: int) -> None:
                 break
             part.batches.append(batch)
             part.size += len(batch)
+            # the client drops the records of the first batch below the offset it asked for
+            skipped = max(0, part.offset - entry.base_offset)
+            part.topic.counters.delivered(entry.count - skipped, len(batch))
     except MagnetarError as e:
         part.error = error_code_of(e)
 

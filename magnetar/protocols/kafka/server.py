@@ -14,11 +14,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from magnetar.broker import Broker
+from magnetar.core.metrics import Histogram
 from magnetar.protocols.kafka import admin, fetch, groups, produce, wire
 from magnetar.protocols.kafka.errors import KafkaProtocolError, UnsupportedVersionError
 from magnetar.protocols.kafka.service import KafkaSettings, Service, Session
@@ -135,9 +137,12 @@ class Connection(asyncio.Protocol):
 
     async def _handle(self, request: wire.Request) -> bytes | None:
         handler = HANDLERS[request.api_key]
+        started = time.perf_counter()
         try:
             values = await handler(self.service, self.session, request)
-            return None if values is None else wire.encode_response(request, values)
+            answer = None if values is None else wire.encode_response(request, values)
+            self._observe(request.api_key, time.perf_counter() - started)
+            return answer
         except produce.AcksZeroFailure:
             self.close()
             return None
@@ -150,6 +155,12 @@ class Connection(asyncio.Protocol):
             )
             self.close()
             return None
+
+    def _observe(self, api_key: int, seconds: float) -> None:
+        latency = self.service.request_latency.get(api_key)
+        if latency is None:
+            latency = self.service.request_latency[api_key] = Histogram()
+        latency.observe(seconds)
 
     def _answer_unsupported(self, frame: bytes, error: UnsupportedVersionError) -> None:
         """UNSUPPORTED_VERSION in the API's own format where it has one; else close."""

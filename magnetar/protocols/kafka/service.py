@@ -13,6 +13,7 @@ import weakref
 from dataclasses import dataclass, field
 
 from magnetar.broker import AccessMode, Broker, Producer, Topic
+from magnetar.core.metrics import Histogram
 from magnetar.meta import reserve_block
 from magnetar.protocols.kafka.coordinator import GroupCoordinator
 from magnetar.protocols.kafka.idempotence import ProducerStates
@@ -52,6 +53,8 @@ class Service:
         )
         self._ids: list[int] = []
         self._id_lock = asyncio.Lock()
+        # API key → seconds from a request decoded to its answer encoded (for /metrics)
+        self.request_latency: dict[int, Histogram] = {}
 
     async def producer_states(self, topic: Topic) -> ProducerStates:
         """The idempotent-producer state of ``topic``, rebuilt from its tail on first use."""
