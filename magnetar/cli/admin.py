@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from magnetar.cli.progress import watch_offload
 from magnetar.cli.rest import AdminCallError, RestClient, namespace_path, topic_path
 
 Action = Callable[[argparse.Namespace, RestClient], Any]
@@ -314,12 +315,22 @@ SUBSCRIPTIONS: list[tuple[str, str, list[tuple[list[str], dict[str, Any]]], Acti
     ),
 ]
 
+
+def _offload(a: argparse.Namespace, r: RestClient) -> Any:
+    started = r.call("PUT", _t(a, "/offload"), _position(a.message_id))
+    return watch_offload(r, _t(a)) if a.wait else started
+
+
 TOPICS += [
     (
         "offload",
         "offload closed segments to the object store (all, or those before -m LEDGER:ENTRY)",
-        [*_TOPIC, (["--messageId", "-m"], {"dest": "message_id", "default": "latest"})],
-        lambda a, r: r.call("PUT", _t(a, "/offload"), _position(a.message_id)),
+        [
+            *_TOPIC,
+            (["--messageId", "-m"], {"dest": "message_id", "default": "latest"}),
+            (["--wait"], {"action": "store_true", "help": "show progress until done"}),
+        ],
+        _offload,
     ),
     ("offload-status", "", _TOPIC, lambda a, r: r.call("GET", _t(a, "/offload"))),
 ]

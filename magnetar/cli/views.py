@@ -1,7 +1,8 @@
-"""``magnetar views create|list|get|rows|delete|as-of``: the views API over REST.
+"""``magnetar views create|list|get|watch|rows|delete|as-of``: the views API over REST.
 
 Each command is one call to ``/views`` on the standalone's HTTP port; results print as JSON.
-A refused call prints the server's reason and exits with code 1.
+A refused call prints the server's reason and exits with code 1. ``create --wait`` and
+``watch`` poll the view and draw its backfill's progress on stderr until it is LIVE.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import os
 import urllib.parse
 from typing import Any
 
+from magnetar.cli.progress import watch_view
 from magnetar.cli.rest import AdminCallError, RestClient
 
 
@@ -20,7 +22,8 @@ def _create(a: argparse.Namespace, r: RestClient) -> Any:
     if (a.sql is None) == (a.python is None):
         raise AdminCallError("give exactly one of --sql or --python")
     body.update({"sql": a.sql} if a.sql is not None else {"python": a.python})
-    return r.call("PUT", f"/views/{_q(a.name)}", body)
+    created = r.call("PUT", f"/views/{_q(a.name)}", body)
+    return watch_view(r, _q(a.name)) if a.wait else created
 
 
 def _rows(a: argparse.Namespace, r: RestClient) -> Any:
@@ -65,6 +68,7 @@ COMMANDS: list[tuple[str, str, list[tuple[list[str], dict[str, Any]]], Any]] = [
             (["--python"], {"help": "module:function, apply(state, event) -> state"}),
             (["--key", "-k"], {"required": True, "action": "append", "help": "key column"}),
             (["--store"], {"default": "sqlite", "help": "sqlite | postgresql://... | redis://..."}),
+            (["--wait"], {"action": "store_true", "help": "show progress until it is LIVE"}),
         ],
         _create,
     ),
@@ -74,6 +78,12 @@ COMMANDS: list[tuple[str, str, list[tuple[list[str], dict[str, Any]]], Any]] = [
         "state, progress, lag, offsets",
         [_NAME],
         lambda a, r: r.call("GET", f"/views/{_q(a.name)}"),
+    ),
+    (
+        "watch",
+        "show a view's backfill progress (events, rate, ETA) until it is LIVE",
+        [_NAME],
+        lambda a, r: watch_view(r, _q(a.name)),
     ),
     (
         "rows",

@@ -30,6 +30,10 @@ def offload_routes(admin: TopicAdmin, service: OffloadService) -> list[Route]:
                 "status": st.status,
                 "lastError": st.last_error,
                 "segmentsOffloaded": st.offloaded,
+                # Magnetar's own, for progress: due and not offloaded yet; done since start
+                "segmentsQueued": len(st.queued),
+                "bytesQueued": sum(s.size for s in st.queued.values()),
+                "bytesOffloaded": st.offloaded_bytes,
                 "firstUnoffloadedMessage": position(topic, first),
             }
         )

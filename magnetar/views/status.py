@@ -30,14 +30,16 @@ def _version(record: dict[str, Any], runner: ViewRunner | None, ends: Offsets | 
     if failed and state != ViewState.FAILED:
         state = ViewState.FAILED
     position = runner.position if runner is not None else None
+    progress = runner.progress() if runner is not None else 0.0
     out: dict[str, Any] = {
         "version": record["version"],
         "definition": record["definition"],
         "state": state.value,
-        "progress": runner.progress() if runner is not None else 0.0,
+        "progress": progress,
         "offsets": position.offsets if position else {},
         "batchId": position.batch_id if position else -1,
         "highWaterMark": record["bootstrap"]["target"],
+        "events": _events(record["bootstrap"], progress),
         "error": (runner.error if runner and runner.error else None) or (failed or {}).get("error"),
         "failedAt": (runner.failed_at if runner and runner.failed_at else None)
         or (failed or {}).get("at"),
@@ -48,6 +50,16 @@ def _version(record: dict[str, Any], runner: ViewRunner | None, ends: Offsets | 
     if ends is not None and position is not None:
         out["lag"] = lag(position.offsets, record["bootstrap"]["start"], ends, position)
     return out
+
+
+def _events(bootstrap: dict[str, Offsets], share: float) -> dict[str, int]:
+    """The backfill in events: the history at creation, and how much of it is applied."""
+    total = _sum(bootstrap["target"]) - _sum(bootstrap["start"])
+    return {"total": max(0, total), "applied": int(share * max(0, total))}
+
+
+def _sum(offsets: Offsets) -> int:
+    return sum(o for parts in offsets.values() for o in parts.values())
 
 
 def lag(at: Offsets, start: Offsets, ends: Offsets, position: Any) -> dict[str, int]:
