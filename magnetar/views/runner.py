@@ -232,6 +232,17 @@ class ViewRunner:
 
     # -- status ----------------------------------------------------------------------------
 
+    def result_columns(self) -> dict[str, str] | None:
+        """A SQL view's result columns and their Spark types once its query is built; None
+        before, and for a Python view (its rows are whatever the function returns)."""
+        frame = self._frame
+        if self.definition.sql is None or frame is None:
+            return None
+        try:
+            return {f.name: f.dataType.simpleString() for f in frame.schema.fields}
+        except Exception:  # the JVM is going away (shutdown): the rows tell the types then
+            return None
+
     def last_batch(self) -> dict[str, Any] | None:
         """Spark's timings of the last micro-batch (ms per phase), when the query runs."""
         try:

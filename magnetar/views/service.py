@@ -25,6 +25,7 @@ from magnetar.spark import planning
 from magnetar.spark.options import SparkSourceError, parse
 from magnetar.views import asof
 from magnetar.views.errors import InvalidViewError, ViewError, ViewNotFoundError
+from magnetar.views.filters import column_types_of_row, key_filter
 from magnetar.views.model import Offsets, ViewDefinition, ViewState, check_name, key_text
 from magnetar.views.runner import RunOptions, ViewRunner
 from magnetar.views.session import first_line, spark_session
@@ -317,22 +318,30 @@ class ViewService:
         return out
 
     async def rows(self, name: str, query: dict[str, str], limit: int) -> list[dict[str, Any]]:
-        """Rows by key (every key column given in ``query``) or the first ``limit``."""
+        """Rows by key (every key column given in ``query``) or the first ``limit``; any other
+        filter is refused (InvalidViewError naming the view's columns)."""
         record = self._record(name)
         definition = record["definition"]
         store = await self._store(definition.get("store", "sqlite"))
         dataset = record["dataset"] if record.get("virtual") else None
         dataset = dataset or dataset_name(name, int(record["version"]))
         key = definition["key"]
-        given = [k for k in key if k in query]
-        if given and len(given) != len(key):
-            raise InvalidViewError(f"give every key column {key} or none (got {given})")
-        if given:
-            found = await asyncio.to_thread(
-                store.get, dataset, key_text([_typed(query[k]) for k in key])
-            )
+        columns = await asyncio.to_thread(self._columns, name, store, dataset) if query else {}
+        values = key_filter(name, query, key, columns)
+        if values is not None:
+            found = await asyncio.to_thread(store.get, dataset, key_text(values))
             return [found] if found is not None else []
         return await asyncio.to_thread(store.scan, dataset, limit)
+
+    def _columns(self, name: str, store: StateStore, dataset: str) -> dict[str, str | None]:
+        """A view's columns with their types: a SQL view's result schema once its query is
+        built, else those of a stored row (empty when the view has none yet)."""
+        runner = self.runners.get(name)
+        typed = runner.result_columns() if runner is not None else None
+        if typed is not None:
+            return dict(typed)
+        sample = store.scan(dataset, 1)
+        return column_types_of_row(sample[0]) if sample else {}
 
     async def delete(self, name: str) -> None:
         """Stop the view, drop its datasets, checkpoints and as-of views, then forget it."""
@@ -400,12 +409,3 @@ class ViewService:
         store.drop(dataset)
         store.commit(dataset, 0, {}, upserts)
         return len(upserts)
-
-
-def _typed(text: str) -> Any:
-    """A key value from a query string: a JSON number or boolean when it parses as one."""
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return text
-    return value if isinstance(value, int | float | bool) and not isinstance(value, str) else text
