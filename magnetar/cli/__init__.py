@@ -111,13 +111,21 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 
 
 def _standalone(args: argparse.Namespace) -> int:
+    from magnetar.core.dirlock import lock_directories, node_directories
     from magnetar.core.resources import bound_allocator, raise_fd_limit
 
+    settings = settings_from_args(args)
+    # one node per directory: a second one exits here, naming the holder's pid
+    locks = lock_directories(node_directories(settings))
     bound_allocator()  # before any thread starts: keeps RSS at the cache budgets
     raise_fd_limit()
     from magnetar.standalone import serve
 
-    asyncio.run(serve(settings_from_args(args)))
+    try:
+        asyncio.run(serve(settings))
+    finally:
+        for lock in locks:
+            lock.release()
     return 0
 
 
