@@ -33,7 +33,13 @@ $(ZOOKEEPER_JAR):
 	apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq zookeeper
 
-unit: $(STAMP) $(ZOOKEEPER_JAR)
+# Debian's chromium and its driver: the web console's tests drive a real headless browser.
+CHROMEDRIVER := /usr/bin/chromedriver
+$(CHROMEDRIVER):
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver
+
+unit: $(STAMP) $(ZOOKEEPER_JAR) $(CHROMEDRIVER)
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 test: lint typecheck unit

@@ -1,4 +1,5 @@
-"""The HTTP server: Pulsar-compatible admin REST API (``/admin/v2``), lookup and ``/docs``.
+"""The HTTP server: Pulsar-compatible admin REST API (``/admin/v2``), lookup, ``/docs``,
+``/metrics`` and the web console (``/console``).
 
 Every refusal is a 4xx with a JSON body ``{"reason": "..."}`` saying what is wrong, as
 Pulsar's admin API does; a refused call changes nothing.
@@ -16,8 +17,9 @@ from magnetar.broker import errors as be
 from magnetar.broker.admin import PreconditionFailedError, TopicAdmin
 from magnetar.broker.offload import OffloadService
 from magnetar.core.errors import InvalidNameError, MagnetarError
-from magnetar.http import reading, tenants, topics
+from magnetar.http import messages, reading, tenants, topics
 from magnetar.http.broker_metrics import BrokerMetrics
+from magnetar.http.console import console_routes
 from magnetar.http.metrics import MetricsEndpoint, MetricSource
 from magnetar.http.offload import offload_routes
 from magnetar.http.routes import Handler, Route, ok, openapi
@@ -97,6 +99,7 @@ class HttpServer:
             table += offload_routes(self.admin, self.offload)
         table += reading.routes(self.broker, self.flight_url)
         table.append(MetricsEndpoint(self.metric_sources).route())
+        table += messages.routes(self.broker) + console_routes()
         return table + self.extra_routes
 
     def build_app(self) -> web.Application:
