@@ -16,6 +16,7 @@ from magnetar.broker import Broker, BrokerSettings
 from magnetar.broker.offload import OffloadService
 from magnetar.broker.retention import RetentionService
 from magnetar.core.config import Settings, parse_listeners
+from magnetar.core.ports import check_free, listening
 from magnetar.http.metrics import MetricSource, storage_metrics
 from magnetar.http.server import HttpServer
 from magnetar.ledger import LedgerFactory
@@ -75,10 +76,12 @@ class Standalone:
                 max_message_size=settings.max_message_size,
                 listeners=parse_listeners(settings.advertised_listeners),
             )
-            await node.pulsar.start()
+            host = settings.bind_address
+            await listening("pulsar_port", host, settings.pulsar_port, node.pulsar.start())
             node.kafka = KafkaServer(broker, _kafka_settings(settings))
-            await node.kafka.start()
+            await listening("kafka_port", host, settings.kafka_port, node.kafka.start())
             advertised = settings.advertised_address or settings.bind_address
+            check_free("flight_port", host, settings.flight_port)  # gRPC would not say why
             node.flight = BulkReadServer(
                 broker,
                 asyncio.get_running_loop(),
@@ -98,7 +101,7 @@ class Standalone:
             node.views = ViewService(settings, meta, broker)
             node.http.extra_routes += view_routes(node.views)
             node.http.metric_sources += _metric_sources(node)
-            await node.http.start()
+            await listening("http_port", host, settings.http_port, node.http.start())
             await node.views.start(f"http://{_local(settings.bind_address)}:{node.http.port}")
             node.retention = RetentionService(broker, interval=settings.retention_check_interval)
             node.retention.start()

@@ -1,13 +1,18 @@
 """What a new user meets in the first hour with the ``magnetar`` command (issue 18), each as
-a real subprocess against a real standalone: a second server on a used data directory."""
+a real subprocess against a real standalone: a second server on a used data directory, a
+port already in use."""
 
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from magnetar.testing.server import REPO, StandaloneProcess, free_port
 
@@ -57,3 +62,44 @@ def test_a_second_server_on_a_used_directory_exits_naming_the_holder(
     assert f"pid {pid}" in line and "--journal-dir" in line
     assert not (tmp_path / "metadata.db").exists(), "the refused node opened nothing"
     assert standalone.proc.poll() is None, "the first server runs on"
+
+
+@pytest.fixture
+def taken_port() -> Iterator[int]:
+    """A port something else listens on."""
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        yield other.getsockname()[1]
+
+
+@pytest.mark.parametrize("setting", ["pulsar_port", "kafka_port", "http_port", "flight_port"])
+def test_a_port_in_use_is_one_line_naming_the_setting(
+    setting: str, taken_port: int, tmp_path: Path
+) -> None:
+    flag = "--" + setting.replace("_", "-")
+    ports = _ports()
+    ports[ports.index(flag) + 1] = str(taken_port)
+    run = magnetar("standalone", "--data-dir", str(tmp_path), "--bind-address", "127.0.0.1", *ports)
+    line = _one_line_failure(run)
+    assert f"port {taken_port} ({setting}) is already in use on 127.0.0.1:{taken_port}" in line
+    assert flag in line and f"MAGNETAR_{setting.upper()}" in line
+    assert run.stdout == ""
+
+
+def test_a_port_set_in_the_environment_is_named_too(taken_port: int, tmp_path: Path) -> None:
+    run = magnetar(
+        "standalone",
+        "--data-dir",
+        str(tmp_path),
+        "--bind-address",
+        "127.0.0.1",
+        *_without(_ports(), "--kafka-port"),
+        env={"MAGNETAR_KAFKA_PORT": str(taken_port)},
+    )
+    assert "MAGNETAR_KAFKA_PORT" in _one_line_failure(run)
+
+
+def _without(args: list[str], flag: str) -> list[str]:
+    at = args.index(flag)
+    return args[:at] + args[at + 2 :]
