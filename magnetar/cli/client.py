@@ -1,13 +1,28 @@
-"""``magnetar produce`` and ``magnetar consume``, as ``pulsar-client produce|consume`` do it."""
+"""``magnetar produce`` and ``magnetar consume``, as ``pulsar-client produce|consume`` do it.
+
+The service URL comes from the same sources as the server's settings, so the commands find
+a standalone whose ports moved: ``--service-url``, else ``MAGNETAR_SERVICE_URL``, else
+``pulsar://HOST:PULSAR_PORT`` built from ``--config`` and the ``MAGNETAR_*`` variables
+(``MAGNETAR_PULSAR_PORT``, ``MAGNETAR_ADVERTISED_ADDRESS``, ``MAGNETAR_BIND_ADDRESS``) as the
+server reads them. An unreachable URL fails in seconds with one line saying so; the Pulsar
+client's own log lines appear only with ``--verbose``.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import socket
 import sys
+import urllib.parse
 from typing import Any
 
+from magnetar.core.config import build_settings
 from magnetar.core.errors import MagnetarError
+
+CONNECT_TIMEOUT = 3.0  # seconds to reach the service URL before giving up
+_DEFAULT_PORTS = {"pulsar": 6650, "pulsar+ssl": 6651, "http": 8080, "https": 8443}
 
 
 class ClientCommandError(MagnetarError):
@@ -21,7 +36,7 @@ def add_client(commands: Any) -> None:
     produce.add_argument("--num-produce", "-n", type=int, default=1, help="send each N times")
     produce.add_argument("--key", "-k", default=None, help="message key")
     produce.add_argument("--property", "-p", action="append", default=[], help="KEY=VALUE")
-    produce.add_argument("--service-url", default=None, help="default pulsar://localhost:6650")
+    _connection_arguments(produce)
     produce.add_argument("--json", action="store_true", help="print message ids as JSON")
     produce.set_defaults(handler=produce_command)
 
@@ -39,9 +54,74 @@ def add_client(commands: Any) -> None:
         default="Exclusive",
     )
     consume.add_argument("--timeout", type=float, default=30.0, help="seconds to wait per message")
-    consume.add_argument("--service-url", default=None, help="default pulsar://localhost:6650")
+    _connection_arguments(consume)
     consume.add_argument("--json", action="store_true", help="one JSON object per message")
     consume.set_defaults(handler=consume_command)
+
+
+def _connection_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--service-url",
+        default=None,
+        help="pulsar://HOST:PORT (default: MAGNETAR_SERVICE_URL, else built from --config and "
+        "MAGNETAR_PULSAR_PORT etc. as the server reads them, else pulsar://localhost:6650)",
+    )
+    parser.add_argument("--config", "-c", default=None, help="the server's TOML settings file")
+    parser.add_argument("--verbose", "-v", action="store_true", help="the client's log lines")
+
+
+def service_url(args: argparse.Namespace) -> tuple[str, str]:
+    """The Pulsar URL to use and where it came from (for the message when unreachable)."""
+    if args.service_url:
+        return args.service_url, "--service-url"
+    if os.environ.get("MAGNETAR_SERVICE_URL"):
+        return os.environ["MAGNETAR_SERVICE_URL"], "MAGNETAR_SERVICE_URL"
+    settings = build_settings(config_file=args.config)
+    host = settings.advertised_address or settings.bind_address
+    host = "localhost" if host in ("", "0.0.0.0", "::") else host
+    host = f"[{host}]" if ":" in host else host
+    origin = [f"--config {args.config}"] if args.config else []
+    origin += sorted(
+        k
+        for k in ("MAGNETAR_PULSAR_PORT", "MAGNETAR_ADVERTISED_ADDRESS", "MAGNETAR_BIND_ADDRESS")
+        if os.environ.get(k)
+    )
+    return f"pulsar://{host}:{settings.pulsar_port}", " and ".join(origin) or "the defaults"
+
+
+def check_reachable(url: str, origin: str) -> None:
+    """Connect to one of the URL's hosts within CONNECT_TIMEOUT or raise ClientCommandError
+    (the client itself would retry for its operation timeout, then say only TimeOut)."""
+    parsed = urllib.parse.urlsplit(url)
+    default = _DEFAULT_PORTS.get(parsed.scheme)
+    if default is None or not parsed.netloc:
+        raise ClientCommandError(
+            f"service URL {url!r} (from {origin}) is not pulsar://HOST:PORT, "
+            "pulsar+ssl://HOST:PORT or http://HOST:PORT"
+        )
+    for host, port in _addresses(parsed.netloc, default):
+        try:
+            with socket.create_connection((host, port), timeout=CONNECT_TIMEOUT):
+                return
+        except OSError:
+            continue
+    raise ClientCommandError(
+        f"cannot reach {url} — is `magnetar standalone` running? (the URL comes from {origin}; "
+        "set --service-url or MAGNETAR_SERVICE_URL, or MAGNETAR_PULSAR_PORT / --config as "
+        "the server has them)"
+    )
+
+
+def _addresses(netloc: str, default: int) -> list[tuple[str, int]]:
+    """``h1:6650,h2`` (Pulsar's multi-host form) as (host, port) pairs."""
+    out = []
+    for item in netloc.rpartition("@")[2].split(","):
+        parsed = urllib.parse.urlsplit(f"//{item}")
+        try:
+            out.append((parsed.hostname or "localhost", parsed.port or default))
+        except ValueError:  # a port that is not a number: nothing to connect to
+            continue
+    return out
 
 
 def _pulsar() -> Any:
@@ -54,15 +134,20 @@ def _pulsar() -> Any:
     return pulsar
 
 
-def _client(pulsar: Any, service_url: str | None) -> Any:
-    """A client that logs errors only: its default logger writes INFO lines to stdout, which
-    broke ``--json`` output and buried our own message. (A Python ``logging`` logger, which
-    would go to stderr, made the process abort at exit now and then: "terminate called
-    without an active exception".)"""
+def _client(pulsar: Any, args: argparse.Namespace) -> Any:
+    """A client for the resolved service URL, checked reachable first. Silent unless
+    ``--verbose``: its console logger writes to stdout, which broke ``--json`` output and
+    buried our own message, so by default it logs to /dev/null; errors reach the user as
+    exceptions. (A Python ``logging`` logger, which would go to stderr, made the process
+    abort at exit now and then: "terminate called without an active exception".)"""
+    url, origin = service_url(args)
+    check_reachable(url, origin)
+    if args.verbose:
+        logger = pulsar.ConsoleLogger(pulsar.LoggerLevel.Info)
+    else:
+        logger = pulsar.FileLogger(pulsar.LoggerLevel.Error, os.devnull)
     return pulsar.Client(
-        service_url or "pulsar://localhost:6650",
-        operation_timeout_seconds=10,
-        logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
+        url, operation_timeout_seconds=10, connection_timeout_ms=5000, logger=logger
     )
 
 
@@ -79,7 +164,7 @@ def _properties(items: list[str]) -> dict[str, str]:
 def produce_command(args: argparse.Namespace) -> int:
     pulsar = _pulsar()
     props = _properties(args.property)
-    client = _client(pulsar, args.service_url)
+    client = _client(pulsar, args)
     try:
         producer = client.create_producer(args.topic, batching_enabled=False)
         sent = 0
@@ -103,7 +188,7 @@ def produce_command(args: argparse.Namespace) -> int:
 
 def consume_command(args: argparse.Namespace) -> int:
     pulsar = _pulsar()
-    client = _client(pulsar, args.service_url)
+    client = _client(pulsar, args)
     try:
         consumer = client.subscribe(
             args.topic,

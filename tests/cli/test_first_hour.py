@@ -1,9 +1,10 @@
 """What a new user meets in the first hour with the ``magnetar`` command (issue 18), each as
 a real subprocess against a real standalone: a second server on a used data directory, a
-port already in use."""
+port already in use, produce/consume finding a server whose ports moved."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -103,3 +104,38 @@ def test_a_port_set_in_the_environment_is_named_too(taken_port: int, tmp_path: P
 def _without(args: list[str], flag: str) -> list[str]:
     at = args.index(flag)
     return args[:at] + args[at + 2 :]
+
+
+def test_produce_and_consume_use_the_port_from_the_environment(
+    standalone: StandaloneProcess,
+) -> None:
+    env = {"MAGNETAR_PULSAR_PORT": str(standalone.pulsar_port)}
+    run = magnetar("produce", "moved-env", "-m", "hello", "-n", "3", env=env)
+    assert (run.returncode, run.stdout, run.stderr) == (0, "3 messages successfully produced\n", "")
+    run = magnetar("consume", "moved-env", "-s", "s", "-p", "Earliest", "-n", "3", env=env)
+    assert run.returncode == 0 and run.stderr == "", run
+    assert run.stdout.splitlines() == ["----- got message -----", "key:[], content:hello"] * 3
+
+
+def test_produce_and_consume_use_the_config_file(
+    standalone: StandaloneProcess, tmp_path: Path
+) -> None:
+    config = tmp_path / "magnetar.toml"
+    config.write_text(f'bind_address = "127.0.0.1"\npulsar_port = {standalone.pulsar_port}\n')
+    run = magnetar("produce", "moved-toml", "-m", "hi", "--config", str(config), "--json")
+    assert run.returncode == 0 and run.stderr == "", run
+    assert list(json.loads(run.stdout)) == ["messageId"], "stdout is the JSON alone"
+    run = magnetar("consume", "moved-toml", "-s", "s", "-p", "Earliest", "-c", str(config))
+    assert run.returncode == 0 and "content:hi" in run.stdout, run
+
+
+def test_an_unreachable_server_fails_fast_with_one_line() -> None:
+    port = free_port()
+    started = time.monotonic()
+    run = magnetar("produce", "nowhere", "-m", "x", env={"MAGNETAR_PULSAR_PORT": str(port)})
+    line = _one_line_failure(run)
+    assert time.monotonic() - started < 10
+    assert f"cannot reach pulsar://127.0.0.1:{port} — is `magnetar standalone` running?" in line
+    assert "MAGNETAR_PULSAR_PORT" in line and run.stdout == ""
+    run = magnetar("consume", "nowhere", "-s", "s", "--service-url", f"pulsar://127.0.0.1:{port}")
+    assert "comes from --service-url" in _one_line_failure(run)
