@@ -6,14 +6,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
 from collections.abc import Sequence
 
 from magnetar import __version__
 from magnetar.cli.admin import add_admin
 from magnetar.cli.client import add_client
-from magnetar.cli.rest import RestClient
+from magnetar.cli.rest import RestClient, admin_url
 from magnetar.cli.views import add_views
 from magnetar.core.config import Settings, build_settings
 from magnetar.core.errors import MagnetarError
@@ -130,8 +129,7 @@ def _standalone(args: argparse.Namespace) -> int:
 
 
 def _admin(args: argparse.Namespace) -> int:
-    url = args.url or os.environ.get("MAGNETAR_URL", "http://localhost:8080")
-    result = args.admin_action(args, RestClient(url))
+    result = args.admin_action(args, RestClient(admin_url(args.url)))
     if args.json:
         print(json.dumps(result if result is not None else {"ok": True}, indent=2))
     elif result is None:

@@ -356,7 +356,9 @@ def add_admin(commands: Any) -> None:
     admin = commands.add_parser(
         "admin", help="administer tenants, namespaces, topics, subscriptions"
     )
-    admin.add_argument("--url", default=None, help="admin URL (default http://localhost:8080)")
+    admin.add_argument(
+        "--url", default=None, help="admin URL (default MAGNETAR_URL, else from MAGNETAR_HTTP_PORT)"
+    )
     admin.add_argument("--json", action="store_true", help="print results as JSON")
     groups = admin.add_subparsers(dest="group", metavar="GROUP", required=True)
     for group, (text, table) in GROUPS.items():

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import urllib.error
 import urllib.request
 from typing import Any
 
+from magnetar.core.config import build_settings
 from magnetar.core.errors import MagnetarError
 from magnetar.core.names import TopicName
 
@@ -62,6 +64,21 @@ def _reason(e: urllib.error.HTTPError) -> str:
     except ValueError:
         return str(e.reason)
     return str(body.get("reason", e.reason)) if isinstance(body, dict) else str(e.reason)
+
+
+def admin_url(flag: str | None) -> str:
+    """The HTTP URL of ``magnetar admin`` and ``views``: ``--url``, else ``MAGNETAR_URL``,
+    else ``http://HOST:HTTP_PORT`` from the ``MAGNETAR_*`` variables as the server reads
+    them (``MAGNETAR_HTTP_PORT``, ``MAGNETAR_ADVERTISED_ADDRESS``, ``MAGNETAR_BIND_ADDRESS``),
+    which default to http://127.0.0.1:8080."""
+    if flag:
+        return flag
+    if os.environ.get("MAGNETAR_URL"):
+        return os.environ["MAGNETAR_URL"]
+    settings = build_settings()
+    host = settings.advertised_address or settings.bind_address
+    host = "localhost" if host in ("", "0.0.0.0", "::") else host
+    return f"http://{f'[{host}]' if ':' in host else host}:{settings.http_port}"
 
 
 def topic_path(text: str) -> str:

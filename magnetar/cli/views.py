@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import urllib.parse
 from typing import Any
 
 from magnetar.cli.progress import watch_view
-from magnetar.cli.rest import AdminCallError, RestClient
+from magnetar.cli.rest import AdminCallError, RestClient, admin_url
 
 
 def _create(a: argparse.Namespace, r: RestClient) -> Any:
@@ -116,15 +115,16 @@ COMMANDS: list[tuple[str, str, list[tuple[list[str], dict[str, Any]]], Any]] = [
 
 
 def _run(args: argparse.Namespace) -> int:
-    url = args.url or os.environ.get("MAGNETAR_URL", "http://localhost:8080")
-    result = args.views_action(args, RestClient(url, timeout=300))
+    result = args.views_action(args, RestClient(admin_url(args.url), timeout=300))
     print(json.dumps(result if result is not None else {"ok": True}, indent=2))
     return 0
 
 
 def add_views(commands: Any) -> None:
     views = commands.add_parser("views", help="event-sourced materialized views")
-    views.add_argument("--url", default=None, help="HTTP URL (default http://localhost:8080)")
+    views.add_argument(
+        "--url", default=None, help="HTTP URL (default MAGNETAR_URL, else from MAGNETAR_HTTP_PORT)"
+    )
     subs = views.add_subparsers(dest="action", metavar="ACTION", required=True)
     for name, text, arguments, action in COMMANDS:
         p = subs.add_parser(name, help=text, description=text)

@@ -139,3 +139,15 @@ def test_an_unreachable_server_fails_fast_with_one_line() -> None:
     assert "MAGNETAR_PULSAR_PORT" in line and run.stdout == ""
     run = magnetar("consume", "nowhere", "-s", "s", "--service-url", f"pulsar://127.0.0.1:{port}")
     assert "comes from --service-url" in _one_line_failure(run)
+
+
+def test_admin_and_views_use_the_http_port_from_the_environment(
+    standalone: StandaloneProcess,
+) -> None:
+    env = {"MAGNETAR_HTTP_PORT": str(standalone.http_port)}
+    run = magnetar("admin", "tenants", "list", env=env)
+    assert run.returncode == 0 and "public" in run.stdout.split(), run
+    run = magnetar("views", "list", env=env)
+    assert run.returncode == 0 and json.loads(run.stdout) == [], run
+    run = magnetar("admin", "tenants", "list", env={"MAGNETAR_HTTP_PORT": str(free_port())})
+    assert "cannot reach Magnetar at http://127.0.0.1:" in _one_line_failure(run)
