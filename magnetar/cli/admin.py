@@ -232,6 +232,19 @@ def _q(a: argparse.Namespace) -> str:
     return "?force=true" if getattr(a, "force", False) else ""
 
 
+def _stats(a: argparse.Namespace, r: RestClient, plain: str, partitioned: str) -> Any:
+    """A topic's stats; a partitioned topic's through Pulsar's ``partitioned-*`` call (its
+    plain ``stats`` answers 404, as in Pulsar)."""
+    if r.call("GET", _t(a, "/partitions"))["partitions"] > 0:
+        return r.call("GET", _t(a, f"/{partitioned}"))
+    return r.call("GET", _t(a, f"/{plain}"))
+
+
+def _partitioned_stats(a: argparse.Namespace, r: RestClient) -> Any:
+    each = "true" if a.per_partition else "false"
+    return r.call("GET", _t(a, f"/partitioned-stats?perPartition={each}"))
+
+
 TOPICS: list[tuple[str, str, list[tuple[list[str], dict[str, Any]]], Action]] = [
     (
         "list",
@@ -267,15 +280,21 @@ TOPICS: list[tuple[str, str, list[tuple[list[str], dict[str, Any]]], Action]] = 
     ),
     (
         "stats",
-        "rates, backlog, producers, consumers",
+        "rates, backlog, producers, consumers (a partitioned topic's summed over partitions)",
         _TOPIC,
-        lambda a, r: r.call("GET", _t(a, "/stats")),
+        lambda a, r: _stats(a, r, "stats", "partitioned-stats?perPartition=false"),
+    ),
+    (
+        "partitioned-stats",
+        "a partitioned topic's stats summed over its partitions",
+        [*_TOPIC, (["--per-partition"], {"action": "store_true", "help": "each one's too"})],
+        _partitioned_stats,
     ),
     (
         "stats-internal",
-        "segments and cursors",
+        "segments and cursors (of each partition, for a partitioned topic)",
         _TOPIC,
-        lambda a, r: r.call("GET", _t(a, "/internal-stats")),
+        lambda a, r: _stats(a, r, "internal-stats", "partitioned-internalStats"),
     ),
     ("last-message-id", "", _TOPIC, lambda a, r: r.call("GET", _t(a, "/lastMessageId"))),
     (

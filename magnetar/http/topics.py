@@ -8,7 +8,7 @@ from aiohttp import web
 
 from magnetar.broker import Broker
 from magnetar.broker.admin import TopicAdmin
-from magnetar.broker.errors import InvalidRequestError
+from magnetar.broker.errors import InvalidRequestError, TopicNotFoundError
 from magnetar.core.ids import EARLIEST, LATEST, MessageId
 from magnetar.core.names import TopicName, check_part
 from magnetar.http.routes import Route, json_body, no_content, ok
@@ -90,7 +90,15 @@ def routes(broker: Broker, admin: TopicAdmin, service_url: str) -> list[Route]:
         return no_content()
 
     async def stats(request: web.Request) -> web.Response:
-        return ok(await admin.stats(topic_of(request)))
+        name = topic_of(request)
+        count = await broker.partitions(name) if name.partition < 0 else 0
+        if count > 0:  # Pulsar answers 404 here too; say where the stats are
+            raise TopicNotFoundError(
+                f"{name} is a partitioned topic ({count} partitions): its stats are at "
+                f".../{name.local}/partitioned-stats (magnetar admin topics partitioned-stats), "
+                f"one partition's at .../{name.partition_name(0).local}/stats"
+            )
+        return ok(await admin.stats(name))
 
     async def last_message_id(request: web.Request) -> web.Response:
         return ok(await admin.last_message_id(topic_of(request)))

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from magnetar.cli.rest import AdminCallError, RestClient
 from magnetar.testing.server import REPO, StandaloneProcess, free_port
 
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -151,3 +152,39 @@ def test_admin_and_views_use_the_http_port_from_the_environment(
     assert run.returncode == 0 and json.loads(run.stdout) == [], run
     run = magnetar("admin", "tenants", "list", env={"MAGNETAR_HTTP_PORT": str(free_port())})
     assert "cannot reach Magnetar at http://127.0.0.1:" in _one_line_failure(run)
+
+
+def test_the_readme_commands_on_a_partitioned_topic(standalone: StandaloneProcess) -> None:
+    env = {
+        "MAGNETAR_PULSAR_PORT": str(standalone.pulsar_port),
+        "MAGNETAR_HTTP_PORT": str(standalone.http_port),
+    }
+    topic = "persistent://public/default/orders"
+    for args in (
+        ("admin", "topics", "create-partitioned-topic", topic, "-p", "3"),
+        ("produce", "orders", "-m", "hello", "-n", "10"),
+        ("consume", "orders", "-s", "reader", "-p", "Earliest", "-n", "10"),
+    ):
+        run = magnetar(*args, env=env)
+        assert run.returncode == 0 and run.stderr == "", run
+    run = magnetar("admin", "--json", "topics", "stats", "orders", env=env)
+    assert run.returncode == 0, run
+    stats = json.loads(run.stdout)
+    assert stats["msgInCounter"] == 10 and stats["metadata"] == {"partitions": 3}
+    assert stats["subscriptions"]["reader"]["msgBacklog"] == 0
+    assert "partitions" not in stats, "the summary; --per-partition adds each one"
+    run = magnetar("admin", "topics", "partitioned-stats", "orders", "--per-partition", env=env)
+    each = json.loads(run.stdout)["partitions"]
+    assert sorted(each) == [f"{topic}-partition-{i}" for i in range(3)]
+    assert sum(s["msgInCounter"] for s in each.values()) == 10
+    run = magnetar("admin", "topics", "stats-internal", "orders", env=env)
+    assert len(json.loads(run.stdout)["partitions"]) == 3, run
+    with pytest.raises(AdminCallError) as refused:
+        RestClient(standalone.http_url).call(
+            "GET", "/admin/v2/persistent/public/default/orders/stats"
+        )
+    reason = str(refused.value)
+    assert "HTTP 404" in reason and "is a partitioned topic (3 partitions)" in reason
+    assert "orders/partitioned-stats" in reason and "orders-partition-0/stats" in reason
+    run = magnetar("admin", "topics", "stats", f"{topic}-partition-1", env=env)
+    assert run.returncode == 0 and json.loads(run.stdout)["msgInCounter"] > 0, run
