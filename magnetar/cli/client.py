@@ -15,13 +15,16 @@ import json
 import os
 import socket
 import sys
+import time
 import urllib.parse
 from typing import Any
 
+from magnetar.cli.progress import ProgressBar
 from magnetar.core.config import build_settings
 from magnetar.core.errors import MagnetarError
 
 CONNECT_TIMEOUT = 3.0  # seconds to reach the service URL before giving up
+PROGRESS_FROM = 1000  # produce shows its rate (on stderr) from this many messages on
 _DEFAULT_PORTS = {"pulsar": 6650, "pulsar+ssl": 6651, "http": 8080, "https": 8443}
 
 
@@ -167,7 +170,9 @@ def produce_command(args: argparse.Namespace) -> int:
     client = _client(pulsar, args)
     try:
         producer = client.create_producer(args.topic, batching_enabled=False)
-        sent = 0
+        sent, total = 0, args.num_produce * len(args.messages)
+        bar = ProgressBar(args.topic, "msgs") if total >= PROGRESS_FROM else None
+        started = time.monotonic()
         for _ in range(args.num_produce):
             for message in args.messages:
                 kwargs: dict[str, Any] = {"properties": props}
@@ -177,6 +182,11 @@ def produce_command(args: argparse.Namespace) -> int:
                 sent += 1
                 if args.json:
                     print(json.dumps({"messageId": str(mid)}))
+                if bar is not None:
+                    bar.update(sent, total)
+        if bar is not None:
+            elapsed = max(time.monotonic() - started, 1e-9)
+            bar.finish(f"{sent:,} sent, {sent / elapsed:,.0f} msgs/s")
         if not args.json:
             print(f"{sent} messages successfully produced")
     except pulsar.PulsarException as e:

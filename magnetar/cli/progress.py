@@ -37,21 +37,24 @@ class ProgressBar:
         self.width = width
         self._first: tuple[float, float] | None = None  # (time, done) of the first update
         self._last_line = ""
-        self._last_plain = -1e9
+        self._last_shown = -1e9
 
     def update(self, done: float, total: float, state: str = "") -> None:
         now = self.clock()
         if self._first is None:
             self._first = (now, done)
+        # a terminal is redrawn up to 10 times a second, a log gets a line a second at most
+        if now - self._last_shown < (0.1 if self.tty else 1.0) and done < total:
+            return
         line = self._line(done, total, state, now)
         if self.tty:
             self.stream.write(f"\r{line}\x1b[K")
-            self.stream.flush()
-        elif line != self._last_line and now - self._last_plain >= 1.0:
+        elif line != self._last_line:
             self.stream.write(line + "\n")
-            self.stream.flush()
-            self._last_plain = now
-        self._last_line = line
+        else:
+            return
+        self.stream.flush()
+        self._last_shown, self._last_line = now, line
 
     def finish(self, message: str) -> None:
         """The last word: ends the bar's line on a terminal; printed as a line elsewhere."""

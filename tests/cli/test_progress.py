@@ -255,3 +255,17 @@ def test_views_create_wait_follows_the_backfill_to_live(with_views: StandalonePr
     status = json.loads(out)
     assert status["state"] == "LIVE"
     assert status["events"] == {"total": 3000, "applied": 3000}
+
+
+def test_produce_shows_its_rate_on_a_terminal(small_segments: StandaloneProcess) -> None:
+    topic = f"persistent://public/default/{unique('produce-rate')}"
+    url = ["--service-url", small_segments.pulsar_url]
+    code, out, terminal = run_on_terminal("produce", topic, "-m", "x", "-n", "1500", *url)
+    assert code == 0, terminal
+    local = topic
+    assert f"{local} [" in terminal and "msgs/s" in terminal, terminal
+    assert "1,500/1,500 msgs" in terminal
+    assert f"{local}: 1,500 sent, " in terminal
+    assert out == "1500 messages successfully produced\n"  # stdout as without progress
+    quiet = run_piped("produce", topic, "-m", "x", "-n", "3", *url)  # short: no progress
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
