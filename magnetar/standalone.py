@@ -8,16 +8,22 @@ SIGINT/SIGTERM, then shuts down cleanly.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import shutil
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from aiohttp import web
+
 from magnetar.broker import Broker, BrokerSettings
 from magnetar.broker.offload import OffloadService
 from magnetar.broker.retention import RetentionService
+from magnetar.cluster.replicated import ReplicatedStorage
 from magnetar.core.config import Settings, parse_listeners
 from magnetar.core.ports import check_free, listening
 from magnetar.http.metrics import MetricSource, storage_metrics
+from magnetar.http.routes import Route, ok
 from magnetar.http.server import HttpServer
 from magnetar.ledger import LedgerFactory
 from magnetar.meta import MetadataStore, open_metadata_store
@@ -39,7 +45,7 @@ class Standalone:
 
     settings: Settings
     meta: MetadataStore
-    storage: StorageEngine
+    storage: StorageEngine | ReplicatedStorage
     tier: Tier
     broker: Broker
     pulsar: PulsarServer | None = None
@@ -51,11 +57,17 @@ class Standalone:
     views: ViewService | None = None
 
     @classmethod
-    async def start(cls, settings: Settings) -> Standalone:
+    async def start(cls, settings: Settings, *, replicated: bool = False) -> Standalone:
+        """One process with local storage; with ``replicated``, a broker writing its ledgers
+        to the storage nodes registered in the (ZooKeeper) metadata store."""
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         meta = open_metadata_store(settings.metadata)
+        storage: StorageEngine | ReplicatedStorage
         try:
-            storage = await StorageEngine.open(settings, meta)
+            if replicated:
+                storage = await ReplicatedStorage.open(settings, meta)
+            else:
+                storage = await StorageEngine.open(settings, meta)
         except BaseException:
             await meta.aclose()
             raise
@@ -101,6 +113,7 @@ class Standalone:
             node.views = ViewService(settings, meta, broker)
             node.http.extra_routes += view_routes(node.views)
             node.http.metric_sources += _metric_sources(node)
+            node.http.extra_routes += _storage_node_routes(storage)
             await listening("http_port", host, settings.http_port, node.http.start())
             await node.views.start(f"http://{_local(settings.bind_address)}:{node.http.port}")
             node.retention = RetentionService(broker, interval=settings.retention_check_interval)
@@ -116,8 +129,9 @@ class Standalone:
         http = self.http.url if self.http else "off"
         kafka = self.kafka.bootstrap if self.kafka else "off"
         flight = f"grpc://{s.bind_address}:{self.flight.port}" if self.flight else "off"
+        role = "broker" if isinstance(self.storage, ReplicatedStorage) else "standalone"
         return (
-            f"magnetar standalone ready: data in {s.data_dir.resolve()} "
+            f"magnetar {role} ready: data in {s.data_dir.resolve()} "
             f"(journal {s.journal_path}, ledgers {s.ledger_path}, metadata {s.metadata}, "
             f"fsync {s.fsync}, tier {s.tier}); pulsar {pulsar}; kafka {kafka}; http {http}; "
             f"flight {flight}; "
@@ -145,6 +159,21 @@ class Standalone:
             await self.storage.aclose()
         finally:
             await self.meta.aclose()
+
+
+def _storage_node_routes(storage: StorageEngine | ReplicatedStorage) -> list[Route]:
+    """``GET /admin/v2/storage-nodes`` (Pulsar's ``bookies list``): the registered nodes with
+    free space and mode; a standalone's one embedded engine is listed as ``embedded``."""
+
+    async def listing(_request: web.Request) -> web.Response:
+        if isinstance(storage, ReplicatedStorage):
+            await storage.nodes.refresh()
+            return ok([dataclasses.asdict(n) for n in storage.nodes.nodes.values()])
+        free = shutil.disk_usage(storage.ledger_dir).free
+        mode = "read-only" if storage.stats.disk_full else "read-write"
+        return ok([{"node_id": "embedded", "free_bytes": free, "mode": mode}])
+
+    return [Route("GET", "/admin/v2/storage-nodes", listing, "Storage nodes: free space, mode")]
 
 
 def _metric_sources(node: Standalone) -> list[MetricSource]:
@@ -190,9 +219,14 @@ def _kafka_settings(s: Settings) -> KafkaSettings:
     )
 
 
-async def serve(settings: Settings, *, announce: Callable[[str], None] | None = None) -> None:
+async def serve(
+    settings: Settings,
+    *,
+    announce: Callable[[str], None] | None = None,
+    replicated: bool = False,
+) -> None:
     """Run until SIGINT or SIGTERM."""
-    node = await Standalone.start(settings)
+    node = await Standalone.start(settings, replicated=replicated)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -15,6 +15,7 @@ TIERS = {
     "meta": 1,
     "storage": 2,
     "tier": 3,
+    "cluster": 3,
     "ledger": 4,
     "broker": 5,
     "protocols": 6,

@@ -79,6 +79,25 @@ _STANDALONE_FLAGS: list[tuple[str, str, type, str]] = [
     ("--views-trigger-ms", "views_trigger_ms", int, "view micro-batch interval (0: no wait)"),
 ]
 
+# the broker's extra flags: how its ledgers are replicated over storage nodes
+_REPLICATION_FLAGS: list[tuple[str, str, type, str]] = [
+    ("--ensemble-size", "ensemble_size", int, "E: storage nodes per ledger (default 2)"),
+    ("--write-quorum", "write_quorum", int, "Qw: copies of each entry (default 2)"),
+    ("--ack-quorum", "ack_quorum", int, "Qa: copies on disk before an ack (default 2)"),
+    ("--add-timeout-ms", "add_timeout_ms", int, "replace a storage node slower than this"),
+]
+_STORAGE_NODE_FLAGS: list[tuple[str, str, type, str]] = [
+    ("--data-dir", "data_dir", str, "where the node's entries live (default ./data)"),
+    ("--journal-dir", "journal_dir", str, "journal directory (default DATA_DIR/journal)"),
+    ("--ledger-dir", "ledger_dir", str, "entry-file directory (default DATA_DIR/ledgers)"),
+    ("--metadata-url", "metadata_url", str, "the cluster's ZooKeeper: zk://HOST:PORT[/chroot]"),
+    ("--bind-address", "bind_address", str, "address the node listens on"),
+    ("--advertised-address", "advertised_address", str, "address brokers reach it at"),
+    ("--port", "storage_port", int, "storage protocol port (default 3181)"),
+    ("--fsync", "fsync", str, "journal fsync policy: always | interval:<ms> | never"),
+    ("--min-free-bytes", "storage_min_free_bytes", int, "read-only below this free space"),
+]
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -97,7 +116,28 @@ def build_parser() -> argparse.ArgumentParser:
     standalone.add_argument("--config", "-c", help="TOML settings file")
     for flag, dest, kind, text in _STANDALONE_FLAGS:
         standalone.add_argument(flag, dest=dest, type=kind, help=text)
-    standalone.set_defaults(handler=_standalone)
+    standalone.set_defaults(handler=_standalone, flags=_STANDALONE_FLAGS)
+    broker = commands.add_parser(
+        "broker",
+        help="run a broker that stores its ledgers on the cluster's storage nodes",
+        description="Run a broker: the Pulsar, Kafka and HTTP ports of `standalone`, its "
+        "ledgers replicated over the storage nodes registered in --metadata-url "
+        "(zk://HOST:PORT[/chroot]).",
+    )
+    broker.add_argument("--config", "-c", help="TOML settings file")
+    for flag, dest, kind, text in _STANDALONE_FLAGS + _REPLICATION_FLAGS:
+        broker.add_argument(flag, dest=dest, type=kind, help=text)
+    broker.set_defaults(handler=_broker, flags=_STANDALONE_FLAGS + _REPLICATION_FLAGS)
+    node = commands.add_parser(
+        "storage-node",
+        help="run a storage node: stores replicated ledgers for brokers",
+        description="Run a storage node (BookKeeper's bookie): a journal fsynced before "
+        "each answer, entries of many ledgers, registered in --metadata-url.",
+    )
+    node.add_argument("--config", "-c", help="TOML settings file")
+    for flag, dest, kind, text in _STORAGE_NODE_FLAGS:
+        node.add_argument(flag, dest=dest, type=kind, help=text)
+    node.set_defaults(handler=_storage_node, flags=_STORAGE_NODE_FLAGS)
     add_admin(commands)
     add_client(commands)
     add_views(commands)
@@ -105,8 +145,42 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
-    overrides = {dest: getattr(args, dest, None) for _, dest, _, _ in _STANDALONE_FLAGS}
+    flags = getattr(args, "flags", _STANDALONE_FLAGS)
+    overrides = {dest: getattr(args, dest, None) for _, dest, _, _ in flags}
     return build_settings(config_file=args.config, overrides=overrides)
+
+
+def _require_zookeeper(settings: Settings, command: str) -> None:
+    if not settings.metadata_url.startswith("zk://"):
+        raise MagnetarError(
+            f"`magnetar {command}` needs the cluster's ZooKeeper: pass --metadata-url "
+            "zk://HOST:PORT[/chroot] (or set MAGNETAR_METADATA_URL)"
+        )
+
+
+def _broker(args: argparse.Namespace) -> int:
+    from magnetar.core.resources import bound_allocator, raise_fd_limit
+
+    settings = settings_from_args(args)
+    _require_zookeeper(settings, "broker")
+    bound_allocator()
+    raise_fd_limit()
+    from magnetar.standalone import serve
+
+    asyncio.run(serve(settings, replicated=True))
+    return 0
+
+
+def _storage_node(args: argparse.Namespace) -> int:
+    from magnetar.core.resources import raise_fd_limit
+
+    settings = settings_from_args(args)
+    _require_zookeeper(settings, "storage-node")
+    raise_fd_limit()
+    from magnetar.cluster.node import serve
+
+    asyncio.run(serve(settings))
+    return 0
 
 
 def _standalone(args: argparse.Namespace) -> int:

@@ -363,11 +363,29 @@ TOPICS += [
     ("reset-cursor", *SUBSCRIPTIONS[5][1:]),
 ]
 
+
+def _storage_nodes(_a: argparse.Namespace, r: RestClient) -> list[str]:
+    nodes = r.call("GET", "/admin/v2/storage-nodes")
+    return [
+        f"{n['node_id']}  {n['mode']}  {n['free_bytes'] / (1 << 30):.1f} GiB free" for n in nodes
+    ]
+
+
+STORAGE_NODES: list[tuple[str, str, list[tuple[list[str], dict[str, Any]]], Action]] = [
+    (
+        "list",
+        "storage nodes with their free space and mode (read-write/read-only)",
+        [],
+        _storage_nodes,
+    ),
+]
+
 GROUPS = {
     "tenants": ("manage tenants", TENANTS),
     "namespaces": ("manage namespaces and their policies", NAMESPACES),
     "topics": ("manage topics", TOPICS),
     "subscriptions": ("manage subscriptions", SUBSCRIPTIONS),
+    "storage-nodes": ("list the cluster's storage nodes", STORAGE_NODES),
 }
 
 

@@ -93,6 +93,13 @@ class Settings:
     # the server's memory); large, as each batch has a fixed cost (~0.3 s: planning, checkpoint)
     views_max_batch_events: int = 5_000_000
     views_trigger_ms: int = 100  # micro-batch interval of a view's query; 0 = back to back
+    # cluster storage (docs/cluster-protocol.md): storage nodes and the ledgers brokers write
+    storage_port: int = 3181  # a storage node's port (BookKeeper's bookie port)
+    storage_min_free_bytes: int = 256 * MiB  # a storage node turns read-only below this
+    ensemble_size: int = 2  # E: nodes a ledger is striped over (namespace `persistence`)
+    write_quorum: int = 2  # Qw: copies of each entry
+    ack_quorum: int = 2  # Qa: copies on disk before a publish is acknowledged
+    add_timeout_ms: int = 5_000  # a storage node slower than this is replaced in the ensemble
 
     @property
     def journal_path(self) -> Path:
@@ -128,6 +135,11 @@ _NON_NEGATIVE = {
     "views_trigger_ms",
 }
 _POSITIVE = {
+    "storage_min_free_bytes",
+    "ensemble_size",
+    "write_quorum",
+    "ack_quorum",
+    "add_timeout_ms",
     "journal_max_bytes",
     "segment_max_bytes",
     "index_interval_bytes",
@@ -151,7 +163,7 @@ _STRATEGIES = {
     "FORWARD_TRANSITIVE",
     "FULL_TRANSITIVE",
 }
-_PORTS = {"pulsar_port", "http_port", "kafka_port", "flight_port"}
+_PORTS = {"pulsar_port", "http_port", "kafka_port", "flight_port", "storage_port"}
 
 
 def build_settings(
@@ -252,11 +264,21 @@ def _validate(s: Settings) -> None:
             f"({s.group_max_session_timeout_ms}): lower it or raise the maximum",
         )
     parse_listeners(s.advertised_listeners)  # raises ConfigError when malformed
+    check_quorums(s.ensemble_size, s.write_quorum, s.ack_quorum)
     if not (s.metadata_url == "" or s.metadata_url.startswith(("sqlite://", "memory:", "zk://"))):
         raise ConfigError(
             "metadata_url",
             f"unsupported store {s.metadata_url!r}: use sqlite:///PATH or "
             "zk://HOST:PORT[,HOST:PORT]/CHROOT",
+        )
+
+
+def check_quorums(ensemble: int, write: int, ack: int) -> None:
+    """Raise ConfigError unless E >= Qw >= Qa >= 1 (BookKeeper's rule)."""
+    if not ensemble >= write >= ack >= 1:
+        raise ConfigError(
+            "ensemble_size",
+            f"need ensemble >= write quorum >= ack quorum >= 1, got {ensemble}/{write}/{ack}",
         )
 
 

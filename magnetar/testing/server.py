@@ -29,6 +29,7 @@ class StandaloneProcess:
 
     data_dir: Path
     extra_args: list[str] = field(default_factory=list)
+    role: str = "standalone"  # or "broker" (ledgers on storage nodes; needs --metadata-url)
     pulsar_port: int = field(default_factory=free_port)
     http_port: int = field(default_factory=free_port)
     kafka_port: int = field(default_factory=free_port)
@@ -37,6 +38,19 @@ class StandaloneProcess:
     proc: subprocess.Popen[str] | None = None
     output: list[str] = field(default_factory=list)
     pump: threading.Thread | None = None
+
+    @property
+    def ready_line(self) -> str:
+        return f"magnetar {self.role} ready"
+
+    def pause(self) -> None:
+        """SIGSTOP: the process is frozen, its sockets stay open (a zombie in waiting)."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGCONT)
 
     @property
     def pulsar_url(self) -> str:
@@ -51,7 +65,7 @@ class StandaloneProcess:
             sys.executable,
             "-m",
             "magnetar.cli",
-            "standalone",
+            self.role,
             "--data-dir",
             str(self.data_dir),
             "--bind-address",
@@ -79,17 +93,19 @@ class StandaloneProcess:
         ready = threading.Event()
         self.pump = threading.Thread(target=self._pump, args=(ready,), daemon=True)
         self.pump.start()
-        came_up = ready.wait(self.startup_timeout) and any(READY in line for line in self.output)
+        came_up = ready.wait(self.startup_timeout) and any(
+            self.ready_line in line for line in self.output
+        )
         if not came_up or self.proc.poll() is not None:
             self.kill()
-            raise RuntimeError("standalone did not start:\n" + "".join(self.output[-50:]))
+            raise RuntimeError(f"{self.role} did not start:\n" + "".join(self.output[-50:]))
         return self
 
     def _pump(self, ready: threading.Event) -> None:
         assert self.proc is not None and self.proc.stdout is not None
         for line in self.proc.stdout:
             self.output.append(line)
-            if READY in line:
+            if self.ready_line in line:
                 ready.set()
         ready.set()  # the process ended: let start() notice
 

@@ -1,0 +1,186 @@
+"""The writer's side of the storage-node protocol: one connection per node, many requests
+in flight on it, and the directory of registered nodes (``/storage-nodes``)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from magnetar.cluster.errors import NodeUnavailableError
+from magnetar.cluster.node import NODES_PATH, READ_WRITE
+from magnetar.cluster.wire import FrameError, Op, Status, frame, read_frame
+from magnetar.meta import MetadataStore
+
+log = logging.getLogger(__name__)
+
+QUARANTINE_S = 30.0
+
+
+class NodeConnection:
+    """Requests to one storage node; answers matched by request id. A lost connection or a
+    timeout fails every request waiting on it (NodeUnavailableError) and the next request
+    connects again."""
+
+    def __init__(self, node_id: str, host: str, port: int, timeout: float) -> None:
+        self.node_id, self.host, self.port, self.timeout = node_id, host, port, timeout
+        self._writer: asyncio.StreamWriter | None = None
+        self._reader_task: asyncio.Task[None] | None = None
+        self._waiting: dict[int, asyncio.Future[tuple[Status, bytes]]] = {}
+        self._ids = itertools.count(1)
+        self._connecting = asyncio.Lock()
+
+    async def _connect(self) -> asyncio.StreamWriter:
+        async with self._connecting:
+            if self._writer is not None and not self._writer.is_closing():
+                return self._writer
+            try:
+                reader, writer = await asyncio.wait_for(
+                    asyncio.open_connection(self.host, self.port), self.timeout
+                )
+            except (OSError, TimeoutError) as e:
+                raise NodeUnavailableError(
+                    f"storage node {self.node_id} unreachable: {e or type(e).__name__}"
+                ) from None
+            self._writer = writer
+            self._reader_task = asyncio.create_task(self._read_answers(reader, writer))
+            return writer
+
+    async def _read_answers(self, reader: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                _, rid, body = await read_frame(reader)
+                fut = self._waiting.pop(rid, None)
+                if fut is not None and not fut.done():
+                    fut.set_result((Status(body[0]), body[1:]))
+        except (asyncio.IncompleteReadError, ConnectionError, FrameError, OSError):
+            pass
+        finally:
+            self._drop(w, "connection lost")
+
+    def _drop(self, writer: asyncio.StreamWriter, why: str) -> None:
+        if self._writer is writer:
+            self._writer = None
+        writer.close()
+        waiting, self._waiting = self._waiting, {}
+        for fut in waiting.values():
+            if not fut.done():
+                fut.set_exception(NodeUnavailableError(f"storage node {self.node_id}: {why}"))
+
+    async def call(self, op: Op, body: bytes, timeout: float | None = None) -> tuple[Status, bytes]:
+        """Send one request; its (status, answer). Raises NodeUnavailableError."""
+        writer = await self._connect()
+        rid = next(self._ids) & 0xFFFFFFFF
+        fut: asyncio.Future[tuple[Status, bytes]] = asyncio.get_running_loop().create_future()
+        self._waiting[rid] = fut
+        writer.write(frame(op, rid, body))
+        try:
+            return await asyncio.wait_for(fut, timeout or self.timeout)
+        except TimeoutError:
+            # A node that stops answering is treated as gone: fail everything on this
+            # connection, so the writer changes its ensemble once, not per request.
+            self._drop(writer, f"no answer within {timeout or self.timeout:.1f} s")
+            raise NodeUnavailableError(
+                f"storage node {self.node_id}: no answer within {timeout or self.timeout:.1f} s"
+            ) from None
+
+    async def aclose(self) -> None:
+        if self._writer is not None:
+            self._drop(self._writer, "closed")
+        if self._reader_task is not None:
+            self._reader_task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._reader_task
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    node_id: str
+    address: str
+    port: int
+    free_bytes: int
+    mode: str
+    pid: int = 0
+
+    @property
+    def writable(self) -> bool:
+        return self.mode == READ_WRITE
+
+
+class NodeDirectory:
+    """The registered storage nodes (kept current by a watch) and a connection to each."""
+
+    def __init__(self, meta: MetadataStore, timeout: float) -> None:
+        self.meta = meta
+        self.timeout = timeout
+        self.nodes: dict[str, NodeInfo] = {}
+        self._conns: dict[str, NodeConnection] = {}
+        self._cancel_watch: Callable[[], None] | None = None
+        self._refreshing: asyncio.Task[None] | None = None
+        # nodes that failed a request: not picked for ensembles for QUARANTINE_S, unless
+        # they register again (a restarted process) — BookKeeper's bookie quarantine
+        self._suspects: dict[str, tuple[float, int]] = {}
+
+    async def start(self) -> None:
+        await self.refresh()
+        self._cancel_watch = self.meta.watch(NODES_PATH, lambda _n: self._schedule())
+
+    def _schedule(self) -> None:
+        if self._refreshing is None or self._refreshing.done():
+            self._refreshing = asyncio.get_running_loop().create_task(self.refresh())
+
+    async def refresh(self) -> None:
+        found: dict[str, NodeInfo] = {}
+        for child in await self.meta.list_children(NODES_PATH):
+            node = await self.meta.get(f"{NODES_PATH}/{child}")
+            if node is None or not node.value:
+                continue
+            d = json.loads(node.value)
+            found[child] = NodeInfo(
+                child, d["address"], d["port"], d["freeBytes"], d["mode"], d.get("pid", 0)
+            )
+        self.nodes = found
+
+    def suspect(self, node_id: str) -> None:
+        info = self.nodes.get(node_id)
+        self._suspects[node_id] = (time.monotonic(), info.pid if info else 0)
+
+    def _trusted(self, n: NodeInfo) -> bool:
+        since, pid = self._suspects.get(n.node_id, (0.0, 0))
+        return n.pid != pid or time.monotonic() - since > QUARANTINE_S
+
+    def writable(self) -> list[NodeInfo]:
+        """Registered read-write nodes that did not fail lately."""
+        return [n for n in self.nodes.values() if n.writable and self._trusted(n)]
+
+    def connection(self, node_id: str) -> NodeConnection:
+        conn = self._conns.get(node_id)
+        if conn is None:
+            host, _, port = node_id.rpartition(":")
+            info = self.nodes.get(node_id)
+            if info is not None:
+                host, port = info.address, str(info.port)
+            conn = self._conns[node_id] = NodeConnection(node_id, host, int(port), self.timeout)
+        return conn
+
+    async def call(
+        self, node_id: str, op: Op, body: bytes, timeout: float | None = None
+    ) -> tuple[Status, bytes]:
+        try:
+            return await self.connection(node_id).call(op, body, timeout)
+        except NodeUnavailableError:
+            self.suspect(node_id)
+            raise
+
+    async def aclose(self) -> None:
+        if self._cancel_watch is not None:
+            self._cancel_watch()
+        if self._refreshing is not None:
+            self._refreshing.cancel()
+        for conn in self._conns.values():
+            await conn.aclose()

@@ -1,0 +1,391 @@
+"""``magnetar storage-node``: a process that stores entries of many replicated ledgers.
+
+Each ledger is a partition of the node's own storage engine (journal with group commit and
+fsync before the answer, segment files, indexes, crash recovery), named ``L<ledger id>``;
+the engine's catalog is a SQLite file in the node's data directory, so nothing a node keeps
+is shared. A stored record carries its ledger entry id: a node may hold any subset of a
+ledger's entries (striping, ensemble changes, recovery write-backs), in any order.
+
+A node fences a ledger on request (BookKeeper's fencing read): the flag is on disk before
+the answer, adds in flight finish first, and every later add of that ledger is refused with
+FENCED unless it comes from a recoverer. It registers itself as an ephemeral node
+``/storage-nodes/<host:port>`` with its free space and mode, and turns read-only (answers
+READ_ONLY to adds, still serves reads) when free space drops below its threshold.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import contextlib
+import json
+import logging
+import os
+import shutil
+from dataclasses import dataclass, field
+
+from magnetar.cluster.wire import (
+    ADD,
+    FLAG_RECOVERY,
+    INDEX_ROW,
+    LAC,
+    LEDGER,
+    READ,
+    FrameError,
+    Op,
+    Record,
+    Status,
+    frame,
+    pack_records,
+    read_frame,
+)
+from magnetar.core.config import Settings
+from magnetar.core.errors import ConfigError
+from magnetar.meta import MetadataStore, open_metadata_store
+from magnetar.meta.base import SessionState
+from magnetar.storage import StorageEngine
+from magnetar.storage.errors import DiskFullError, StorageError
+
+log = logging.getLogger(__name__)
+
+NODES_PATH = "/storage-nodes"
+READ_WRITE, READ_ONLY = "read-write", "read-only"
+REPORT_INTERVAL = 2.0  # seconds between free-space checks / registration updates
+
+
+@dataclass(slots=True)
+class _Ledger:
+    """What a node holds of one ledger: entry id → (local offset, base offset, count, time)."""
+
+    ids: list[int] = field(default_factory=list)  # ascending
+    rows: dict[int, tuple[int, int, int, int]] = field(default_factory=dict)
+    lac: int = -1
+    in_flight: dict[int, asyncio.Future[None]] = field(default_factory=dict)
+
+    def add(self, eid: int, local: int, base: int, count: int, ts: int) -> None:
+        self.rows[eid] = (local, base, count, ts)
+        if not self.ids or eid > self.ids[-1]:
+            self.ids.append(eid)
+        else:
+            bisect.insort(self.ids, eid)
+
+    @property
+    def last(self) -> int:
+        return self.ids[-1] if self.ids else -1
+
+
+def _name(ledger_id: int) -> str:
+    return f"L{ledger_id}"
+
+
+class StorageNode:
+    """One storage node: serve adds, reads and fences; register in the metadata store."""
+
+    def __init__(self, settings: Settings, engine: StorageEngine, meta: MetadataStore) -> None:
+        self.settings = settings
+        self.engine = engine
+        self.meta = meta
+        self.address = f"{settings.advertised_address or settings.bind_address}"
+        self.port = settings.storage_port
+        self.mode = READ_WRITE
+        self._ledgers: dict[int, _Ledger] = {}
+        self._fenced: set[int] = set()
+        self._fence_file = settings.data_dir / "fenced.json"
+        self._server: asyncio.Server | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._conns: set[asyncio.StreamWriter] = set()
+        self._stop_session: object = None
+        self._catalog: MetadataStore | None = None
+
+    @property
+    def node_id(self) -> str:
+        return f"{self.address}:{self.port}"
+
+    @classmethod
+    async def start(cls, settings: Settings) -> StorageNode:
+        if not settings.metadata_url.startswith("zk://"):
+            raise ConfigError(
+                "metadata_url",
+                "a storage node registers in the cluster's ZooKeeper: "
+                "pass --metadata-url zk://HOST:PORT[/chroot]",
+            )
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        local = settings.replace(metadata_url=f"sqlite:///{settings.data_dir / 'catalog.db'}")
+        catalog = open_metadata_store(local.metadata)
+        engine = await StorageEngine.open(local, catalog)
+        meta = open_metadata_store(settings.metadata_url)
+        node = cls(settings, engine, meta)
+        node._catalog = catalog
+        try:
+            await node._load()
+            node._server = await asyncio.start_server(
+                node._serve, settings.bind_address, settings.storage_port
+            )
+            node.port = node._server.sockets[0].getsockname()[1]
+            await node._register()
+            node._tasks.append(asyncio.create_task(node._report_loop()))
+            node._stop_session = meta.on_session(node._on_session)  # type: ignore[attr-defined]
+        except BaseException:
+            await node.aclose()
+            raise
+        return node
+
+    async def _load(self) -> None:
+        """Rebuild each ledger's index from the engine (records carry their entry ids)."""
+        with contextlib.suppress(FileNotFoundError):
+            self._fenced = set(json.loads(self._fence_file.read_text()))
+        for name in self.engine.partitions():
+            if not name.startswith("L"):
+                continue
+            ledger = self._ledgers.setdefault(int(name[1:]), _Ledger())
+            offset = self.engine.start_offset(name)
+            while offset < self.engine.end_offset(name):
+                for e in await self.engine.read(name, offset, max_entries=10_000):
+                    r = Record.unpack(e.payload[:64])
+                    ledger.add(r.entry_id, e.base_offset, r.base_offset, r.count, r.publish_time)
+                    offset = e.next_offset
+
+    # -- registration -------------------------------------------------------------------
+
+    def _describe(self) -> bytes:
+        free = shutil.disk_usage(self.settings.data_dir).free
+        return json.dumps(
+            {
+                "id": self.node_id,
+                "address": self.address,
+                "port": self.port,
+                "freeBytes": free,
+                "mode": self.mode,
+                "ledgers": len(self._ledgers),
+                "pid": os.getpid(),
+            }
+        ).encode()
+
+    async def _register(self) -> None:
+        path = f"{NODES_PATH}/{self.node_id}"
+        with contextlib.suppress(Exception):
+            await self.meta.put(NODES_PATH, b"", expected_version=-1)
+        existing = await self.meta.get(path)
+        if existing is not None:  # our own node from a session that has not expired yet
+            with contextlib.suppress(Exception):
+                await self.meta.delete(path)
+        await self.meta.create_ephemeral(path, self._describe())  # type: ignore[attr-defined]
+
+    def _on_session(self, state: SessionState) -> None:
+        if state is SessionState.CONNECTED:
+            self._tasks.append(asyncio.create_task(self._reregister()))
+
+    async def _reregister(self) -> None:
+        try:
+            if await self.meta.get(f"{NODES_PATH}/{self.node_id}") is None:
+                await self._register()
+        except Exception as e:  # retried by the report loop
+            log.warning("storage node %s: registering again failed: %s", self.node_id, e)
+
+    async def _report_loop(self) -> None:
+        path = f"{NODES_PATH}/{self.node_id}"
+        while True:
+            await asyncio.sleep(REPORT_INTERVAL)
+            try:
+                free = shutil.disk_usage(self.settings.data_dir).free
+                mode = READ_ONLY if free < self.settings.storage_min_free_bytes else READ_WRITE
+                if mode != self.mode:
+                    log.warning("storage node %s is now %s (%d bytes free)", path, mode, free)
+                    self.mode = mode
+                node = await self.meta.get(path)
+                if node is None:
+                    await self._register()
+                else:
+                    await self.meta.put(path, self._describe(), expected_version=node.stat.version)
+            except Exception as e:
+                log.warning("storage node %s: registration update failed: %s", self.node_id, e)
+
+    # -- serving ------------------------------------------------------------------------
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._conns.add(writer)
+        tasks: set[asyncio.Task[None]] = set()
+        try:
+            while True:
+                op, rid, body = await read_frame(reader)
+                task = asyncio.create_task(self._answer(writer, op, rid, body))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+        except (asyncio.IncompleteReadError, ConnectionError, FrameError) as e:
+            if isinstance(e, FrameError):
+                log.warning("storage node: closing a connection: %s", e)
+        finally:
+            self._conns.discard(writer)
+            writer.close()
+
+    async def _answer(self, writer: asyncio.StreamWriter, op: int, rid: int, body: bytes) -> None:
+        try:
+            status, answer = await self._handle(op, body)
+        except DiskFullError as e:
+            self.mode = READ_ONLY
+            status, answer = Status.READ_ONLY, str(e).encode()
+        except Exception as e:  # one bad request never takes the node down
+            log.exception("storage node: request %d failed", op)
+            status, answer = Status.ERROR, f"{type(e).__name__}: {e}".encode()
+        if not writer.is_closing():
+            writer.write(frame(op, rid, bytes([status]) + answer))
+
+    async def _handle(self, op: int, body: bytes) -> tuple[Status, bytes]:
+        if op == Op.ADD:
+            ledger_id, lac, flags = ADD.unpack_from(body)
+            return await self._add(ledger_id, lac, flags, Record.unpack(body[ADD.size :]))
+        if op == Op.READ:
+            return await self._read(*READ.unpack_from(body))
+        (ledger_id,) = LEDGER.unpack_from(body) if body else (0,)
+        if op == Op.FENCE:
+            return await self._fence(ledger_id)
+        if op == Op.LAC:
+            ledger = self._ledgers.get(ledger_id)
+            if ledger is None:
+                return Status.NO_LEDGER, LAC.pack(-1, -1)
+            return Status.OK, LAC.pack(ledger.lac, ledger.last)
+        if op == Op.INDEX:
+            ledger = self._ledgers.get(ledger_id)
+            if ledger is None:
+                return Status.NO_LEDGER, b""
+            rows = (INDEX_ROW.pack(eid, *ledger.rows[eid][1:]) for eid in ledger.ids)
+            return Status.OK, b"".join(rows)
+        if op == Op.DELETE:
+            return await self._delete(ledger_id)
+        if op == Op.PING:
+            return Status.OK, b""
+        return Status.ERROR, f"unknown op {op}".encode()
+
+    async def _add(self, ledger_id: int, lac: int, flags: int, r: Record) -> tuple[Status, bytes]:
+        if ledger_id in self._fenced and not flags & FLAG_RECOVERY:
+            return Status.FENCED, f"ledger {ledger_id} is fenced".encode()
+        if self.mode == READ_ONLY:
+            return Status.READ_ONLY, f"storage node {self.node_id} is read-only".encode()
+        ledger = self._ledgers.setdefault(ledger_id, _Ledger())
+        ledger.lac = max(ledger.lac, lac)
+        if r.entry_id in ledger.rows:  # a resend: already durable here
+            return Status.OK, b""
+        pending = ledger.in_flight.get(r.entry_id)
+        if pending is not None:
+            await asyncio.shield(pending)
+            return Status.OK, b""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        ledger.in_flight[r.entry_id] = done
+        try:
+            name = _name(ledger_id)
+            if not self.engine.has_partition(name):
+                await self.engine.create_partition(name)
+            e = await self.engine.append(
+                name, r.pack(), publish_time=r.publish_time, event_time=r.event_time, fmt=r.format
+            )
+            ledger.add(r.entry_id, e.base_offset, r.base_offset, r.count, r.publish_time)
+            done.set_result(None)
+        except BaseException as e:
+            done.set_exception(e)
+            done.exception()  # retrieved: waiters re-raise their own copy
+            raise
+        finally:
+            del ledger.in_flight[r.entry_id]
+        return Status.OK, b""
+
+    async def _read(
+        self, ledger_id: int, first: int, last: int, max_bytes: int
+    ) -> tuple[Status, bytes]:
+        """Records ``first``, ``first + 1``, … while this node holds them, up to ``last``."""
+        ledger = self._ledgers.get(ledger_id)
+        if ledger is None or first not in ledger.rows:
+            return Status.NO_ENTRY, b""
+        name, records, size, eid = _name(ledger_id), [], 0, first
+        while eid <= last and eid in ledger.rows and size < max_bytes:
+            local = ledger.rows[eid][0]
+            want = min(last - eid + 1, 1000)
+            got = await self.engine.read(name, local, max_entries=want, max_bytes=max_bytes - size)
+            progressed = False
+            for e in got:
+                r = Record.unpack(e.payload)
+                if r.entry_id != eid or size >= max_bytes:
+                    break
+                records.append(r)
+                size += len(r.payload)
+                eid += 1
+                progressed = True
+                if eid > last:
+                    break
+            if not progressed:
+                break
+        return Status.OK, pack_records(records)
+
+    async def _fence(self, ledger_id: int) -> tuple[Status, bytes]:
+        if ledger_id not in self._fenced:
+            self._fenced.add(ledger_id)
+            ledger = self._ledgers.get(ledger_id)
+            if ledger is not None and ledger.in_flight:  # accepted before the fence
+                await asyncio.gather(*ledger.in_flight.values(), return_exceptions=True)
+            await asyncio.to_thread(self._save_fences)
+        ledger = self._ledgers.get(ledger_id)
+        if ledger is None:
+            return Status.OK, LAC.pack(-1, -1)
+        return Status.OK, LAC.pack(ledger.lac, ledger.last)
+
+    def _save_fences(self) -> None:
+        tmp = self._fence_file.with_suffix(".tmp")
+        with open(tmp, "w") as f:
+            json.dump(sorted(self._fenced), f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self._fence_file)
+        fd = os.open(self._fence_file.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    async def _delete(self, ledger_id: int) -> tuple[Status, bytes]:
+        self._ledgers.pop(ledger_id, None)
+        name = _name(ledger_id)
+        if self.engine.has_partition(name):
+            await self.engine.delete_partition(name)
+        if ledger_id in self._fenced:
+            self._fenced.discard(ledger_id)
+            await asyncio.to_thread(self._save_fences)
+        return Status.OK, b""
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def describe(self) -> str:
+        return (
+            f"magnetar storage-node ready: {self.node_id}, data in "
+            f"{self.settings.data_dir.resolve()}, {len(self._ledgers)} ledger(s), "
+            f"metadata {self.settings.metadata_url}"
+        )
+
+    async def aclose(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        if self._server is not None:
+            self._server.close()
+        for w in list(self._conns):
+            w.close()
+        with contextlib.suppress(Exception):
+            await self.meta.aclose()
+        with contextlib.suppress(StorageError):
+            await self.engine.aclose()
+        if self._catalog is not None:
+            with contextlib.suppress(Exception):
+                await self._catalog.aclose()
+
+
+async def serve(settings: Settings, announce: object = print) -> None:
+    """Run a storage node until SIGINT or SIGTERM."""
+    import signal
+
+    node = await StorageNode.start(settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        announce(node.describe())  # type: ignore[operator]
+        await stop.wait()
+    finally:
+        await node.aclose()

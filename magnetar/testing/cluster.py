@@ -1,0 +1,47 @@
+"""A cluster on loopback for tests and benchmarks: storage-node processes and broker
+processes sharing one ZooKeeper, each on free ports of its own."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from magnetar.testing.server import StandaloneProcess, free_port
+
+
+@dataclass
+class StorageNodeProcess(StandaloneProcess):
+    """``magnetar storage-node`` in a child process (``metadata_url``: the cluster's ZK)."""
+
+    metadata_url: str = ""
+    storage_port: int = field(default_factory=free_port)
+    role: str = "storage-node"
+
+    @property
+    def node_id(self) -> str:
+        return f"127.0.0.1:{self.storage_port}"
+
+    def command(self) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "magnetar.cli",
+            "storage-node",
+            "--data-dir",
+            str(self.data_dir),
+            "--bind-address",
+            "127.0.0.1",
+            "--port",
+            str(self.storage_port),
+            "--metadata-url",
+            self.metadata_url,
+            *self.extra_args,
+        ]
+
+
+def broker(data_dir: Path, metadata_url: str, *quorum_args: str) -> StandaloneProcess:
+    """A ``magnetar broker`` writing to the storage nodes registered at ``metadata_url``."""
+    return StandaloneProcess(
+        data_dir, ["--metadata-url", metadata_url, *quorum_args], role="broker"
+    )

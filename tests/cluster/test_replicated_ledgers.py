@@ -1,0 +1,288 @@
+"""Replicated ledgers on storage-node processes, with the real clients: the invariants are
+nothing acknowledged lost, nothing duplicated, one history (docs/cluster-protocol.md)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+import confluent_kafka
+import pulsar
+import pytest
+
+from magnetar.testing.server import REPO
+from tests.cluster.conftest import Cluster, wait_for
+
+pytestmark = pytest.mark.slow
+TOPIC = "persistent://public/default/orders"
+
+
+class Publisher:
+    """Sends numbered messages from a thread until stopped; records what was acknowledged
+    and what failed (never both for one message)."""
+
+    def __init__(self, url: str, topic: str, **producer: Any) -> None:
+        self.client = pulsar.Client(url, operation_timeout_seconds=10, logger=_quiet())
+        self.producer = self.client.create_producer(
+            topic, block_if_queue_full=True, send_timeout_millis=8000, **producer
+        )
+        self.acked: set[bytes] = set()
+        self.failed: set[bytes] = set()
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        i = 0
+        while not self._stop.is_set():
+            value = f"m-{i:07d}".encode()
+            self.producer.send_async(value, self._callback(value))
+            i += 1
+            if i % 200 == 0:
+                time.sleep(0.01)
+
+    def _callback(self, value: bytes) -> Any:
+        def done(result: pulsar.Result, _mid: Any) -> None:
+            with self._lock:
+                (self.acked if result == pulsar.Result.Ok else self.failed).add(value)
+
+        return done
+
+    def start(self) -> Publisher:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.thread.join(10)
+        self.producer.flush()
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def _quiet() -> Any:
+    import logging
+
+    log = logging.getLogger("pulsar-client")
+    log.setLevel(logging.ERROR)
+    return log
+
+
+def read_all(url: str, topic: str, expect_at_least: int) -> list[bytes]:
+    client = pulsar.Client(url, logger=_quiet())
+    try:
+        reader = client.create_reader(topic, pulsar.MessageId.earliest)
+        got: list[bytes] = []
+        while True:
+            try:
+                got.append(reader.read_next(3000 if len(got) >= expect_at_least else 20000).data())
+            except pulsar.Timeout:
+                return got
+    finally:
+        client.close()
+
+
+def check_history(got: list[bytes], acked: set[bytes]) -> None:
+    assert len(got) == len(set(got)), "a message is stored twice"
+    missing = acked - set(got)
+    assert not missing, f"{len(missing)} acknowledged messages lost, e.g. {sorted(missing)[:3]}"
+    assert got == sorted(got), "the history is out of order"
+
+
+def test_storage_nodes_register_and_the_cli_lists_them(cluster: Cluster) -> None:
+    nodes = [cluster.add_node() for _ in range(3)]
+    b = cluster.add_broker()
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "magnetar.cli",
+            "admin",
+            "--url",
+            b.http_url,
+            "storage-nodes",
+            "list",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    for node in nodes:
+        assert f"{node.node_id}  read-write" in out.stdout
+    assert "GiB free" in out.stdout
+
+
+def test_a_publish_is_on_the_ack_quorum_of_nodes_and_survives_the_broker(
+    cluster: Cluster,
+) -> None:
+    """E=Qw=Qa=2 on 3 nodes: entries reach both nodes of the ensemble; kill -9 of the broker
+    and a new broker on the same metadata recovers the open ledger: every ack is there."""
+    for _ in range(3):
+        cluster.add_node()
+    b = cluster.add_broker()
+    pub = Publisher(b.pulsar_url, TOPIC).start()
+    wait_for(lambda: len(pub.acked) >= 3000, 60, "3000 acknowledged messages")
+    b.kill()  # mid-write: adds in flight, ledger OPEN
+    pub._stop.set()
+    acked = set(pub.acked)
+    pub.client.close()
+    ledgers = cluster.ledgers(TOPIC)
+    assert ledgers[-1]["info"]["state"] == "OPEN" and len(ledgers[-1]["ensembles"][0][1]) == 2
+    second = cluster.add_broker()
+    got = read_all(second.pulsar_url, TOPIC, len(acked))
+    check_history(got, acked)
+    recovered = cluster.ledgers(TOPIC)[0]
+    assert recovered["info"]["state"] == "CLOSED", recovered
+    assert recovered["lastEntry"] + 1 >= len(acked) // 1000  # batches: entries <= messages
+
+
+def test_kill_9_of_a_storage_node_mid_stream_loses_nothing_and_changes_the_ensemble(
+    cluster: Cluster,
+) -> None:
+    """E=Qw=3, Qa=2 on four nodes, Pulsar and Kafka producers writing: one node of the
+    ensemble is killed; publishes go on, later entries go to the spare node."""
+    for _ in range(4):
+        cluster.add_node()
+    b = cluster.add_broker("--ensemble-size", "3", "--write-quorum", "3", "--ack-quorum", "2")
+    pub = Publisher(b.pulsar_url, TOPIC).start()
+    kafka_acked: list[bytes] = []
+    producer = confluent_kafka.Producer(
+        {"bootstrap.servers": f"127.0.0.1:{b.kafka_port}", "acks": "all", "linger.ms": 5}
+    )
+
+    def delivered(err: Any, msg: Any) -> None:
+        if err is None:
+            kafka_acked.append(msg.value())
+
+    def kafka_burst(start: int, n: int) -> None:
+        for i in range(start, start + n):
+            producer.produce("payments", f"k-{i:07d}".encode(), on_delivery=delivered)
+            producer.poll(0)
+        producer.flush(30)
+
+    kafka_burst(0, 2000)
+    wait_for(lambda: len(pub.acked) >= 2000, 60, "2000 acknowledged messages")
+    ensemble = cluster.ledgers(TOPIC)[-1]["ensembles"][-1][1]
+    victim = next(n for n in cluster.nodes if n.node_id in ensemble)
+    victim.kill()
+    before = len(pub.acked)
+    kafka_burst(2000, 2000)
+    wait_for(lambda: len(pub.acked) >= before + 3000, 60, "publishes after the node died")
+    pub.stop()
+    assert not pub.failed, f"{len(pub.failed)} publishes failed although Qa nodes were up"
+    ledger = cluster.ledgers(TOPIC)[-1]
+    assert len(ledger["ensembles"]) >= 2, "the ensemble did not change"
+    assert victim.node_id not in ledger["ensembles"][-1][1]
+    check_history(read_all(b.pulsar_url, TOPIC, len(pub.acked)), pub.acked)
+    pub.close()
+    consumer = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": f"127.0.0.1:{b.kafka_port}",
+            "group.id": "check",
+            "auto.offset.reset": "earliest",
+        }
+    )
+    consumer.subscribe(["payments"])
+    seen: list[bytes] = []
+    deadline = time.monotonic() + 60
+    while len(seen) < len(kafka_acked) and time.monotonic() < deadline:
+        msg = consumer.poll(1.0)
+        if msg is not None and msg.error() is None:
+            seen.append(msg.value())
+    consumer.close()
+    assert len(kafka_acked) == 4000
+    check_history(seen, set(kafka_acked))
+
+
+def test_without_an_ack_quorum_publishes_fail_and_resume_when_a_node_returns(
+    cluster: Cluster,
+) -> None:
+    """E=Qw=Qa=2 on 3 nodes: two nodes die — no ack without Qa, a clear error; one comes
+    back — publishing works again; everything acknowledged is there once."""
+    nodes = [cluster.add_node() for _ in range(3)]
+    b = cluster.add_broker("--add-timeout-ms", "2000")
+    client = pulsar.Client(b.pulsar_url, operation_timeout_seconds=10, logger=_quiet())
+    producer = client.create_producer(TOPIC, send_timeout_millis=6000, batching_enabled=False)
+    acked = []
+    for i in range(100):
+        producer.send(f"a-{i:04d}".encode())
+        acked.append(f"a-{i:04d}".encode())
+    nodes[0].kill()
+    nodes[1].kill()
+    results: list[pulsar.Result] = []
+    producer.send_async(b"no-quorum", lambda result, _mid: results.append(result))
+    # The broker answers SEND_ERROR (PersistenceError, naming the missing nodes); the client
+    # keeps the message and retries, as with Pulsar when BookKeeper is down: no ack.
+    wait_for(
+        lambda: any("ack quorum" in line or "writable storage nodes" in line for line in b.output),
+        30,
+        "the broker to say why it cannot write",
+    )
+    time.sleep(3)
+    assert pulsar.Result.Ok not in results, "acknowledged without an ack quorum"
+    cluster.restart_node(nodes[0])
+    wait_for(lambda: results, 60, "the held publish to complete once a node returned")
+    assert results == [pulsar.Result.Ok]
+    producer.send(b"after-return")
+    client.close()
+    got = read_all(b.pulsar_url, TOPIC, 102)
+    check_history([m for m in got if m.startswith(b"a-")], set(acked))
+    assert got[100:] == [b"no-quorum", b"after-return"]
+
+
+def test_a_frozen_broker_is_fenced_by_the_next_writer_and_acknowledges_nothing_more(
+    cluster: Cluster,
+) -> None:
+    """SIGSTOP the writer; a second broker opens the topic (fences and recovers the ledger)
+    and writes; the first wakes up and tries to add: refused, one history."""
+    for _ in range(3):
+        cluster.add_node()
+    first = cluster.add_broker()
+    client = pulsar.Client(first.pulsar_url, operation_timeout_seconds=5, logger=_quiet())
+    producer = client.create_producer(TOPIC, send_timeout_millis=5000, batching_enabled=False)
+    acked_by_first = set()
+    for i in range(50):
+        producer.send(f"first-{i:03d}".encode())
+        acked_by_first.add(f"first-{i:03d}".encode())
+    first.pause()
+    second = cluster.add_broker()
+    client2 = pulsar.Client(second.pulsar_url, logger=_quiet())
+    producer2 = client2.create_producer(TOPIC, batching_enabled=False)
+    for i in range(50):
+        producer2.send(f"second-{i:03d}".encode())
+    first.resume()
+    results: list[pulsar.Result] = []
+    for i in range(5):
+        producer.send_async(f"zombie-{i}".encode(), lambda r, _m: results.append(r))
+    wait_for(
+        lambda: any("fenced" in line for line in first.output), 30, "the first broker to be fenced"
+    )
+    time.sleep(2)
+    assert pulsar.Result.Ok not in results, "the fenced broker acknowledged a message"
+    client.close()
+    client2.close()
+    got = read_all(second.pulsar_url, TOPIC, 100)
+    assert [m for m in got if m.startswith(b"first-")] == sorted(acked_by_first)
+    assert [m for m in got if m.startswith(b"second-")] == [
+        f"second-{i:03d}".encode() for i in range(50)
+    ]
+    assert not [m for m in got if m.startswith(b"zombie-")]
+    assert any("fenced" in line for line in first.output), "".join(first.output[-20:])
+
+
+def test_an_unreachable_metadata_url_is_a_clear_error(tmp_path: Any) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "magnetar.cli", "storage-node", "--data-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+    )
+    assert out.returncode != 0
+    assert "--metadata-url zk://" in out.stderr
