@@ -143,7 +143,19 @@ class _Writer:
             if node not in self.down:
                 self._send(add, node)
         self._check_quorum_possible(add)
+        if self.down and not self._changing.locked():
+            self._replace_down_nodes()
         return fut
+
+    def _replace_down_nodes(self) -> None:
+        """Nodes written around (no spare then) are replaced once a spare registers."""
+        current = self.ledger.ensemble_for(self.next_eid)
+        if not any(n.node_id not in current for n in self.store.nodes.writable()):
+            return
+        for node in list(self.down):
+            self.down.discard(node)
+            why = "replacing a node written around"
+            asyncio.get_running_loop().create_task(self._node_failed(node, why))
 
     def _send(self, add: _Add, node: str) -> None:
         add.sent.add(node)

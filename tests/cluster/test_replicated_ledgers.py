@@ -286,3 +286,74 @@ def test_an_unreachable_metadata_url_is_a_clear_error(tmp_path: Any) -> None:
     )
     assert out.returncode != 0
     assert "--metadata-url zk://" in out.stderr
+
+
+def test_a_frozen_storage_node_is_replaced_after_the_add_timeout(cluster: Cluster) -> None:
+    """SIGSTOP one node of the ensemble (its sockets stay open, it just never answers): after
+    --add-timeout-ms the writer moves on to the spare node; nothing acknowledged is lost."""
+    for _ in range(3):
+        cluster.add_node()
+    b = cluster.add_broker("--add-timeout-ms", "1500")
+    pub = Publisher(b.pulsar_url, TOPIC).start()
+    wait_for(lambda: len(pub.acked) >= 1000, 60, "1000 acknowledged messages")
+    ensemble = cluster.ledgers(TOPIC)[-1]["ensembles"][-1][1]
+    frozen = next(n for n in cluster.nodes if n.node_id in ensemble)
+    frozen.pause()
+    before = len(pub.acked)
+    wait_for(lambda: len(pub.acked) >= before + 2000, 60, "publishes going on without it")
+    pub.stop()
+    assert frozen.node_id not in cluster.ledgers(TOPIC)[-1]["ensembles"][-1][1]
+    frozen.resume()
+    check_history(read_all(b.pulsar_url, TOPIC, len(pub.acked)), pub.acked)
+    pub.close()
+
+
+@pytest.fixture
+def small_disk(tmp_path: Any) -> Any:
+    """A 48 MiB tmpfs for one storage node's data (we run as root in CI)."""
+    mount = tmp_path / "small-disk"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(mount)], check=True)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_node_whose_disk_fills_turns_read_only_and_the_ledger_moves_on(
+    cluster: Cluster, small_disk: Any
+) -> None:
+    for _ in range(2):
+        cluster.add_node()
+    cluster.nodes.append(
+        cluster.nodes[0]
+        .__class__(
+            small_disk / "node", ["--min-free-bytes", str(24 << 20)], metadata_url=cluster.url
+        )
+        .start()
+    )
+    small = cluster.nodes[-1]
+    b = cluster.add_broker("--ensemble-size", "3", "--write-quorum", "3", "--ack-quorum", "2")
+    pub = Publisher(b.pulsar_url, TOPIC).start()
+    wait_for(lambda: len(pub.acked) >= 500, 60, "500 acknowledged messages")
+    (small_disk / "ballast").write_bytes(b"\0" * (30 << 20))  # the disk fills up
+    spare = cluster.add_node()  # written to once the small node is replaced
+    out = wait_for(
+        lambda: _nodes_listing(b.http_url).get(small.node_id, {}).get("mode") == "read-only",
+        30,
+        "the node to report read-only",
+    )
+    assert out
+    before = len(pub.acked)
+    wait_for(lambda: len(pub.acked) >= before + 2000, 60, "publishes going on")
+    pub.stop()
+    assert small.node_id not in cluster.ledgers(TOPIC)[-1]["ensembles"][-1][1]
+    assert spare.node_id in cluster.ledgers(TOPIC)[-1]["ensembles"][-1][1]
+    check_history(read_all(b.pulsar_url, TOPIC, len(pub.acked)), pub.acked)
+    pub.close()
+
+
+def _nodes_listing(http_url: str) -> dict[str, Any]:
+    import requests
+
+    return {n["node_id"]: n for n in requests.get(f"{http_url}/admin/v2/storage-nodes").json()}
