@@ -7,7 +7,9 @@
 const POLL_MS = 2000;
 const main = document.getElementById("main");
 let page = null; // {refresh: async () => void}
-let polling = null;
+let polling = null; // the timer of the next refresh
+let inflight = Promise.resolve(); // refreshes run one after another, never overlapping
+let paused = 0; // an action is running: no refresh may ask for what it is deleting
 
 // -- helpers --------------------------------------------------------------------------------
 
@@ -40,14 +42,20 @@ function toast(message, error = false) {
   toast.timer = setTimeout(() => { box.className = ""; }, error ? 8000 : 3000);
 }
 
-async function act(what, fn) {
+// Run a user's action, then refresh. A deletion (``pause``) first waits for the refresh
+// under way and holds the next ones back, so none asks for what it is deleting.
+async function act(what, fn, pause = false) {
+  if (pause) paused++;
   try {
+    if (pause) await inflight;
     await fn();
     toast(what);
-    await tick();
   } catch (e) {
     toast(e.message, true);
+  } finally {
+    if (pause) paused--;
   }
+  await tick();
 }
 
 function bytes(n) {
@@ -139,7 +147,7 @@ document.getElementById("tenants").addEventListener("click", (event) => {
   if (!tenant) return;
   event.preventDefault();
   if (confirm(`Delete tenant ${tenant}?`)) {
-    act(`tenant ${tenant} deleted`, () => api("DELETE", `/admin/v2/tenants/${tenant}`));
+    act(`tenant ${tenant} deleted`, () => api("DELETE", `/admin/v2/tenants/${tenant}`), true);
   }
 });
 
@@ -174,7 +182,7 @@ function namespacePage(tenant, namespace) {
       <th class="num">Backlog</th><th class="num">Storage</th><th class="num">Subscriptions</th>
       <th class="num">Producers</th><th></th></tr></thead><tbody></tbody></table>
     <form class="inline" id="new-topic">
-      <input name="topic" placeholder="new topic" required pattern="[A-Za-z0-9_.=-]+">
+      <input name="topic" placeholder="new topic" required pattern="[A-Za-z0-9_.=\\-]+">
       <input name="partitions" type="number" min="0" value="0" title="partitions (0: none)">
       <button>Create topic</button>
     </form>
@@ -194,14 +202,14 @@ function namespacePage(tenant, namespace) {
     if (confirm(`Delete namespace ${ns}?`)) {
       act(`namespace ${ns} deleted`, async () => {
         await api("DELETE", `/admin/v2/namespaces/${ns}`);
-        location.hash = "#/";
-      });
+        leave("#/");
+      }, true);
     }
   });
   tbody.addEventListener("click", (event) => {
     const name = event.target.dataset.deleteTopic;
     if (name && confirm(`Delete ${name} and all its data?`)) {
-      act(`${name} deleted`, () => api("DELETE", `/admin/v2/persistent/${topicPath(name)}`));
+      act(`${name} deleted`, () => api("DELETE", `/admin/v2/persistent/${topicPath(name)}`), true);
     }
   });
   return {
@@ -299,8 +307,8 @@ function topicPage(path) {
     if (confirm(`Delete ${name} and all its data?`)) {
       act(`${name} deleted`, async () => {
         await api("DELETE", base);
-        location.hash = `#/namespace/${path.split("/").slice(0, 2).join("/")}`;
-      });
+        leave(`#/namespace/${path.split("/").slice(0, 2).join("/")}`);
+      }, true);
     }
   });
   return {
@@ -413,7 +421,7 @@ function viewsPage() {
     const { rows, deleteView } = event.target.dataset;
     if (rows) showRows(rows).catch((e) => toast(e.message, true));
     if (deleteView && confirm(`Delete view ${deleteView} and its state?`)) {
-      act(`view ${deleteView} deleted`, () => api("DELETE", `/views/${deleteView}`));
+      act(`view ${deleteView} deleted`, () => api("DELETE", `/views/${deleteView}`), true);
     }
   });
   return {
@@ -461,6 +469,12 @@ async function showRows(name) {
 
 // -- routing and polling --------------------------------------------------------------------
 
+// Go elsewhere after deleting what the page shows: it must not refresh once more meanwhile.
+function leave(hash) {
+  page = null;
+  location.hash = hash;
+}
+
 function pageFor(hash) {
   const parts = hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
   if (parts[0] === "topic" && parts.length >= 4) return topicPage(parts.slice(1).join("/"));
@@ -470,14 +484,21 @@ function pageFor(hash) {
   return null;
 }
 
-async function tick() {
+function tick() {
   clearTimeout(polling);
+  inflight = inflight.then(refresh);
+  return inflight;
+}
+
+async function refresh() {
+  if (paused) return; // the action restarts the refreshes when it is done
   try {
     await Promise.all([refreshTree(), page ? page.refresh() : null]);
     document.getElementById("updated").textContent = `updated ${new Date().toLocaleTimeString()}`;
   } catch (e) {
     toast(e.message, true);
   } finally {
+    clearTimeout(polling);
     if (document.getElementById("live").checked) polling = setTimeout(tick, POLL_MS);
   }
 }
