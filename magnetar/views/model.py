@@ -29,7 +29,12 @@ class ViewState(enum.Enum):
 
     CREATED = "CREATED"  # defined and persisted; its query has not started yet (Spark starting)
     BOOTSTRAPPING = "BOOTSTRAPPING"  # folding history: below the high-water mark of creation
-    LIVE = "LIVE"  # caught up with the creation high-water mark; applying new events as they come
+    # restarted (after a stop or a crash): applying what was published meanwhile, up to the
+    # sources' end offsets at the restart
+    CATCHING_UP = "CATCHING_UP"
+    # has applied everything published before it became LIVE (the creation high-water mark
+    # and the end offsets when its query last started); applying new events as they come
+    LIVE = "LIVE"
     STOPPED = "STOPPED"  # stopped on purpose (deleted, or the node shuts down); resumes on start
     FAILED = "FAILED"  # the transformation or the store failed; error and offset are kept
     VIRTUAL = "VIRTUAL"  # a read-only as-of view, materialized once at a past point

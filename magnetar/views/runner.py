@@ -30,6 +30,7 @@ from magnetar.views.stores.base import StateStore
 from magnetar.views.transform import TOP_LEVEL, FoldResult, events_of, fold, load_function
 
 log = logging.getLogger(__name__)
+_BEHIND = (ViewState.BOOTSTRAPPING, ViewState.CATCHING_UP)  # running, not yet LIVE
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,9 @@ class ViewRunner:
         self.store = store
         self.checkpoint = checkpoint
         self.start_offsets = bootstrap["start"]
+        self.created_target = bootstrap["target"]  # the sources' end offsets at creation
+        # what it must have applied to be LIVE: the creation high-water mark, raised by
+        # aim() to the end offsets when the query (re)starts
         self.target = bootstrap["target"]
         self.on_change = on_change
         self.state = ViewState.CREATED
@@ -126,6 +130,15 @@ class ViewRunner:
             )
         return out
 
+    def aim(self, ends: Offsets) -> None:
+        """Before :meth:`start`: LIVE will mean having applied everything up to ``ends``
+        (the sources' end offsets now) too, so a view restarted behind catches up first.
+        Partitions that did not exist at creation are not waited for."""
+        self.target = {
+            topic: {p: max(end, ends.get(topic, {}).get(p, end)) for p, end in parts.items()}
+            for topic, parts in self.created_target.items()
+        }
+
     def start(self, frame: Any, opts: RunOptions) -> None:
         """Start the query (returns at once; batches run on Spark's threads)."""
         writer = (
@@ -145,9 +158,16 @@ class ViewRunner:
 
     def _set_running(self) -> None:
         with self._lock:
-            live = reached(self.position.offsets, self.target)
-            self.state = ViewState.LIVE if live else ViewState.BOOTSTRAPPING
+            self.state = self._phase(self.position.offsets)
         self.on_change(self)
+
+    def _phase(self, at: Offsets) -> ViewState:
+        """Where a running query stands with its state at ``at``."""
+        if reached(at, self.target):
+            return ViewState.LIVE
+        if reached(at, self.created_target):
+            return ViewState.CATCHING_UP
+        return ViewState.BOOTSTRAPPING
 
     def _watch(self) -> None:
         query = self.query
@@ -212,11 +232,10 @@ class ViewRunner:
     def _advance(self, position: Position) -> None:
         with self._lock:
             self.position = position
-            became_live = self.state == ViewState.BOOTSTRAPPING and reached(
-                position.offsets, self.target
-            )
-            if became_live:
-                self.state = ViewState.LIVE
+            became_live = False
+            if self.state in _BEHIND:
+                self.state = self._phase(position.offsets)
+                became_live = self.state == ViewState.LIVE
         if became_live:
             self.on_change(self)
 
@@ -252,14 +271,15 @@ class ViewRunner:
         return dict(progress["durationMs"]) if progress else None
 
     def progress(self) -> float:
-        """The share of the history (start → high-water mark at creation) applied, counting
-        the batch Spark runs now by the share of its read tasks done."""
+        """The share of the history (start → :attr:`target`: the high-water mark at creation,
+        or the end offsets at the last restart) applied, counting the batch Spark runs now by
+        the share of its read tasks done."""
         start = sum(o for parts in self.start_offsets.values() for o in parts.values())
         total = sum(o for parts in self.target.values() for o in parts.values()) - start
         if total <= 0:
             return 1.0
         position = self.position
-        running = self._running() if self.state == ViewState.BOOTSTRAPPING else None
+        running = self._running() if self.state in _BEHIND else None
         done = 0.0
         for t, parts in self.target.items():
             for p, end in parts.items():

@@ -155,7 +155,11 @@ class ViewService:
         return spark_session(s.spark_master, conf)
 
     async def _launch(self, runner: ViewRunner) -> None:
-        """Validate and start ``runner``'s query (Spark work in a thread)."""
+        """Validate and start ``runner``'s query (Spark work in a thread). It becomes LIVE
+        once it has applied everything published before now (CATCHING_UP until then)."""
+        ends = await self._end_offsets(list(runner.definition.source))
+        if ends is not None:
+            runner.aim(ends)
         await asyncio.to_thread(self._start_prepared, runner)
 
     def _changed(self, runner: ViewRunner) -> None:

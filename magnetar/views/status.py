@@ -31,6 +31,7 @@ def _version(record: dict[str, Any], runner: ViewRunner | None, ends: Offsets | 
         state = ViewState.FAILED
     position = runner.position if runner is not None else None
     progress = runner.progress() if runner is not None else 0.0
+    target = runner.target if runner is not None else record["bootstrap"]["target"]
     out: dict[str, Any] = {
         "version": record["version"],
         "definition": record["definition"],
@@ -38,8 +39,11 @@ def _version(record: dict[str, Any], runner: ViewRunner | None, ends: Offsets | 
         "progress": progress,
         "offsets": position.offsets if position else {},
         "batchId": position.batch_id if position else -1,
-        "highWaterMark": record["bootstrap"]["target"],
-        "events": _events(record["bootstrap"], progress),
+        # the sources' end offsets now (was: frozen at creation), and what the view must
+        # have applied to be LIVE (creation high-water mark, or the ends at its restart)
+        "highWaterMark": ends if ends is not None else target,
+        "catchUpTarget": target,
+        "events": _events(record["bootstrap"]["start"], target, progress),
         "error": (runner.error if runner and runner.error else None) or (failed or {}).get("error"),
         "failedAt": (runner.failed_at if runner and runner.failed_at else None)
         or (failed or {}).get("at"),
@@ -52,9 +56,10 @@ def _version(record: dict[str, Any], runner: ViewRunner | None, ends: Offsets | 
     return out
 
 
-def _events(bootstrap: dict[str, Offsets], share: float) -> dict[str, int]:
-    """The backfill in events: the history at creation, and how much of it is applied."""
-    total = _sum(bootstrap["target"]) - _sum(bootstrap["start"])
+def _events(start: Offsets, target: Offsets, share: float) -> dict[str, int]:
+    """The backfill (or catch-up) in events: the history up to the catch-up target, and how
+    much of it is applied."""
+    total = _sum(target) - _sum(start)
     return {"total": max(0, total), "applied": int(share * max(0, total))}
 
 
