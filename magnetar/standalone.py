@@ -173,7 +173,26 @@ def _storage_node_routes(storage: StorageEngine | ReplicatedStorage) -> list[Rou
         mode = "read-only" if storage.stats.disk_full else "read-write"
         return ok([{"node_id": "embedded", "free_bytes": free, "mode": mode}])
 
-    return [Route("GET", "/admin/v2/storage-nodes", listing, "Storage nodes: free space, mode")]
+    async def under_replicated(_request: web.Request) -> web.Response:
+        if not isinstance(storage, ReplicatedStorage):
+            return ok({"ledgers": {}, "fragmentsCopied": 0, "entriesCopied": 0})
+        return ok(
+            {
+                "ledgers": {str(k): v for k, v in storage.under_replicated.items()},
+                "fragmentsCopied": storage.stats["rereplicated_fragments"],
+                "entriesCopied": storage.stats["rereplicated_entries"],
+            }
+        )
+
+    return [
+        Route("GET", "/admin/v2/storage-nodes", listing, "Storage nodes: free space, mode"),
+        Route(
+            "GET",
+            "/admin/v2/storage-nodes/under-replicated",
+            under_replicated,
+            "Ledgers naming a lost storage node, and re-replication progress",
+        ),
+    ]
 
 
 def _metric_sources(node: Standalone) -> list[MetricSource]:

@@ -85,6 +85,12 @@ _REPLICATION_FLAGS: list[tuple[str, str, type, str]] = [
     ("--write-quorum", "write_quorum", int, "Qw: copies of each entry (default 2)"),
     ("--ack-quorum", "ack_quorum", int, "Qa: copies on disk before an ack (default 2)"),
     ("--add-timeout-ms", "add_timeout_ms", int, "replace a storage node slower than this"),
+    (
+        "--rereplication-grace-s",
+        "rereplication_grace_s",
+        float,
+        "copy a lost storage node's ledgers elsewhere after it is gone this long (default 30)",
+    ),
 ]
 _STORAGE_NODE_FLAGS: list[tuple[str, str, type, str]] = [
     ("--data-dir", "data_dir", str, "where the node's entries live (default ./data)"),

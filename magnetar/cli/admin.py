@@ -371,12 +371,28 @@ def _storage_nodes(_a: argparse.Namespace, r: RestClient) -> list[str]:
     ]
 
 
+def _under_replicated(_a: argparse.Namespace, r: RestClient) -> list[str]:
+    got = r.call("GET", "/admin/v2/storage-nodes/under-replicated")
+    lines = [f"ledger {lid}: lost {', '.join(nodes)}" for lid, nodes in got["ledgers"].items()]
+    lines.append(
+        f"{len(got['ledgers'])} under-replicated ledger(s); re-replicated so far: "
+        f"{got['fragmentsCopied']} fragment(s), {got['entriesCopied']} entries"
+    )
+    return lines
+
+
 STORAGE_NODES: list[tuple[str, str, list[tuple[list[str], dict[str, Any]]], Action]] = [
     (
         "list",
         "storage nodes with their free space and mode (read-write/read-only)",
         [],
         _storage_nodes,
+    ),
+    (
+        "under-replicated",
+        "ledgers naming a lost node; re-replication progress",
+        [],
+        _under_replicated,
     ),
 ]
 

@@ -125,6 +125,7 @@ class NodeDirectory:
         # nodes that failed a request: not picked for ensembles for QUARANTINE_S, unless
         # they register again (a restarted process) — BookKeeper's bookie quarantine
         self._suspects: dict[str, tuple[float, int]] = {}
+        self.gone_since: dict[str, float] = {}  # registered once, not now (monotonic time)
 
     async def start(self) -> None:
         await self.refresh()
@@ -144,7 +145,20 @@ class NodeDirectory:
             found[child] = NodeInfo(
                 child, d["address"], d["port"], d["freeBytes"], d["mode"], d.get("pid", 0)
             )
+        now = time.monotonic()
+        for node_id in self.nodes.keys() - found.keys():
+            self.gone_since.setdefault(node_id, now)
+        for node_id in found:
+            self.gone_since.pop(node_id, None)
         self.nodes = found
+
+    def gone_for(self, node_id: str) -> float:
+        """Seconds ``node_id`` has been unregistered (0 while registered). A node never seen
+        by this process counts from the process's first look."""
+        if node_id in self.nodes:
+            return 0.0
+        since = self.gone_since.setdefault(node_id, time.monotonic())
+        return time.monotonic() - since
 
     def suspect(self, node_id: str) -> None:
         info = self.nodes.get(node_id)

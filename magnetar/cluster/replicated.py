@@ -437,6 +437,8 @@ class ReplicatedStorage:
         self._ids: list[int] = []
         self._ids_lock = asyncio.Lock()
         self.stats: collections.Counter[str] = collections.Counter()
+        self.under_replicated: dict[int, list[str]] = {}  # ledger id → lost nodes it names
+        self._auditor: asyncio.Task[None] | None = None
 
     @classmethod
     async def open(
@@ -446,6 +448,7 @@ class ReplicatedStorage:
         with contextlib.suppress(NodeExistsError):
             await meta.put(ROOT, b"", expected_version=-1)
         await store.nodes.start()
+        store._auditor = asyncio.create_task(store._audit_loop(), name="magnetar-auditor")
         return store
 
     async def next_ledger_id(self) -> int:
@@ -815,8 +818,105 @@ class ReplicatedStorage:
             await part.close_open()
             return True
 
+    # -- re-replication -----------------------------------------------------------------
+
+    async def _audit_loop(self) -> None:
+        """Copy the fragments of closed ledgers that name a node gone past the grace period
+        to a live node, until every entry is back at its write quorum (BookKeeper's auditor
+        and replication worker in one; this broker audits the partitions it writes)."""
+        interval = min(max(self.settings.rereplication_grace_s / 4, 0.5), 10.0)
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.audit()
+            except Exception as e:  # the next round tries again
+                log.warning("re-replication round failed: %s", e)
+
+    async def audit(self) -> None:
+        grace = self.settings.rereplication_grace_s
+        found: dict[int, list[str]] = {}
+        for part in list(self._parts.values()):
+            for ledger in list(part.ledgers):
+                if ledger.info.state is SegmentState.OPEN or not ledger.info.local:
+                    continue
+                named = {n for _, ns in ledger.ensembles for n in ns}
+                lost = sorted(n for n in named if self.nodes.gone_for(n) > grace)
+                if lost:
+                    found[ledger.ledger_id] = lost
+        self.under_replicated = found
+        for part in list(self._parts.values()):
+            for ledger in list(part.ledgers):
+                if ledger.ledger_id in found:
+                    await self._rereplicate(part, ledger, found[ledger.ledger_id])
+                    self.under_replicated.pop(ledger.ledger_id, None)
+
+    async def _rereplicate(self, part: _Partition, ledger: Ledger, lost: list[str]) -> None:
+        ensembles = list(ledger.ensembles)
+        for i, (first, nodes) in enumerate(ensembles):
+            end = ensembles[i + 1][0] - 1 if i + 1 < len(ensembles) else ledger.last_entry
+            for dead in [n for n in nodes if n in lost]:
+                spare = [n.node_id for n in self.nodes.writable() if n.node_id not in nodes]
+                if not spare:
+                    log.warning(
+                        "ledger %d: no storage node to re-replicate %s's entries to",
+                        ledger.ledger_id,
+                        dead,
+                    )
+                    return
+                target = random.choice(spare)
+                copied = await self._copy_fragment(ledger, first, end, dead, target)
+                nodes = [target if n == dead else n for n in nodes]
+                ensembles[i] = (first, nodes)
+                async with part.lock:
+                    changed = dataclasses.replace(ledger, ensembles=list(ensembles))
+                    await part.save(replace_ledger=changed)
+                    ledger.ensembles = changed.ensembles
+                self.stats["rereplicated_entries"] += copied
+                self.stats["rereplicated_fragments"] += 1
+                log.warning(
+                    "ledger %d of %s: entries %d..%d of lost node %s re-replicated to %s "
+                    "(%d copied)",
+                    ledger.ledger_id,
+                    part.name,
+                    first,
+                    end,
+                    dead,
+                    target,
+                    copied,
+                )
+
+    async def _copy_fragment(
+        self, ledger: Ledger, first: int, end: int, dead: str, target: str
+    ) -> int:
+        """Copy the entries of ``first..end`` whose write set names ``dead`` to ``target``."""
+        copied = 0
+        eid = first
+        while eid <= end:
+            batch = await self._read_records(ledger, eid, min(end, eid + 999), 8 << 20)
+            bodies = [
+                ADD.pack(ledger.ledger_id, ledger.last_entry, FLAG_RECOVERY) + r.pack()
+                for r in batch
+                if dead in ledger.write_set(r.entry_id)
+            ]
+            answers = await asyncio.gather(
+                *(self.nodes.call(target, Op.ADD, body) for body in bodies)
+            )  # in flight together: the target's group commit takes them in few fsyncs
+            for status, answer in answers:
+                if status is not Status.OK:
+                    raise StorageError(
+                        f"re-replicating ledger {ledger.ledger_id} to {target}: "
+                        f"{status.name} {answer.decode(errors='replace')}"
+                    )
+            copied += len(bodies)
+            eid = batch[-1].entry_id + 1
+        return copied
+
     async def aclose(self) -> None:
         """Close every OPEN ledger at its end, so the next writer needs no recovery."""
+        if self._auditor is not None:
+            self._auditor.cancel()
+            with contextlib.suppress(BaseException):
+                await self._auditor
         for part in list(self._parts.values()):
             if part.writer is not None and part.writer.failed is None:
                 with contextlib.suppress(StorageError):

@@ -100,6 +100,7 @@ class Settings:
     write_quorum: int = 2  # Qw: copies of each entry
     ack_quorum: int = 2  # Qa: copies on disk before a publish is acknowledged
     add_timeout_ms: int = 5_000  # a storage node slower than this is replaced in the ensemble
+    rereplication_grace_s: float = 30.0  # a node gone this long has its ledgers copied elsewhere
 
     @property
     def journal_path(self) -> Path:
@@ -127,6 +128,7 @@ def as_dict(settings: Settings) -> dict[str, Any]:
 
 _FIELDS = {f.name: f for f in dataclasses.fields(Settings)}
 _NON_NEGATIVE = {
+    "rereplication_grace_s",
     "max_unacked_messages_per_consumer",
     "max_unacked_messages_per_subscription",
     "segment_max_age",

@@ -17,6 +17,7 @@ from magnetar.testing.server import REPO
 from tests.cluster.conftest import Cluster, wait_for
 
 pytestmark = pytest.mark.slow
+ADMIN = [sys.executable, "-m", "magnetar.cli", "admin", "--url"]
 TOPIC = "persistent://public/default/orders"
 
 
@@ -357,3 +358,48 @@ def _nodes_listing(http_url: str) -> dict[str, Any]:
     import requests
 
     return {n["node_id"]: n for n in requests.get(f"{http_url}/admin/v2/storage-nodes").json()}
+
+
+def test_a_lost_node_is_re_replicated_and_a_second_loss_loses_nothing(cluster: Cluster) -> None:
+    """E=Qw=Qa=2 on 3 nodes, small segments: a node dies for good; after the grace period
+    its fragments of closed ledgers are copied to the third node, so losing a second
+    original node still loses nothing acknowledged."""
+    nodes = [cluster.add_node() for _ in range(3)]
+    b = cluster.add_broker("--rereplication-grace-s", "1", "--segment-max-bytes", "10000")
+    pub = Publisher(b.pulsar_url, TOPIC, batching_enabled=False).start()
+    wait_for(lambda: len(pub.acked) >= 2000, 60, "2000 acknowledged messages")
+    pub.stop()
+    closed = [lg for lg in cluster.ledgers(TOPIC) if lg["info"]["state"] == "CLOSED"]
+    assert len(closed) >= 2
+    named = {n for lg in closed for _, ns in lg["ensembles"] for n in ns}
+    victim = next(n for n in nodes if n.node_id in named)
+    victim.kill()
+
+    def restored() -> bool:
+        return not any(
+            victim.node_id in ns
+            for lg in cluster.ledgers(TOPIC)
+            if lg["info"]["state"] == "CLOSED"
+            for _, ns in lg["ensembles"]
+        )
+
+    # the node's ZooKeeper session expires (10 s), then the grace period (1 s) passes
+    wait_for(restored, 90, "every closed ledger to be back at its write quorum")
+    out = subprocess.run(
+        [*ADMIN, b.http_url, "storage-nodes", "under-replicated"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+    )
+    assert out.returncode == 0 and "0 under-replicated ledger(s)" in out.stdout, out
+    second = next(n for n in nodes if n is not victim)
+    second.kill()
+    closed_end = max(
+        lg["info"]["end_offset"] for lg in cluster.ledgers(TOPIC) if lg["info"]["state"] == "CLOSED"
+    )
+    got = read_all(b.pulsar_url, TOPIC, closed_end)
+    in_closed = {f"m-{i:07d}".encode() for i in range(closed_end)}
+    check_history(got[:closed_end], in_closed & pub.acked)
+    assert set(got[:closed_end]) == in_closed
+    pub.close()
