@@ -17,13 +17,17 @@ class StorageNodeProcess(StandaloneProcess):
     metadata_url: str = ""
     storage_port: int = field(default_factory=free_port)
     role: str = "storage-node"
+    address: str = "127.0.0.1"
+    netns: str = ""  # run inside this network namespace (`ip netns exec`)
 
     @property
     def node_id(self) -> str:
-        return f"127.0.0.1:{self.storage_port}"
+        return f"{self.address}:{self.storage_port}"
 
     def command(self) -> list[str]:
+        prefix = ["ip", "netns", "exec", self.netns] if self.netns else []
         return [
+            *prefix,
             sys.executable,
             "-m",
             "magnetar.cli",
@@ -31,7 +35,7 @@ class StorageNodeProcess(StandaloneProcess):
             "--data-dir",
             str(self.data_dir),
             "--bind-address",
-            "127.0.0.1",
+            self.address,
             "--port",
             str(self.storage_port),
             "--metadata-url",

@@ -38,6 +38,7 @@ class ZooKeeperProcess:
     directory: Path
     port: int = field(default_factory=free_port)
     tick_ms: int = 200
+    listen: str = "127.0.0.1"  # 0.0.0.0 for a test that reaches it from a network namespace
     proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -61,7 +62,7 @@ class ZooKeeperProcess:
             f"tickTime={self.tick_ms}\n"
             f"dataDir={data}\n"
             f"clientPort={self.port}\n"
-            "clientPortAddress=127.0.0.1\n"
+            f"clientPortAddress={self.listen}\n"
             "admin.enableServer=false\n"
             f"minSessionTimeout={2 * self.tick_ms}\n"
             "maxSessionTimeout=60000\n"
