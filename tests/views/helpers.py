@@ -39,7 +39,9 @@ def publish(
 ) -> None:
     """Send every item, one entry each, and wait for every acknowledgement; with ``chunk``,
     wait after each ``chunk`` items (so a segment rolls between chunks)."""
-    producer = client.create_producer(topic, schema=JsonSchema(Txn), batching_enabled=False)
+    producer = client.create_producer(
+        topic, schema=JsonSchema(Txn), batching_enabled=False, block_if_queue_full=True
+    )
     try:
         for i, (user, amount) in enumerate(items, 1):
             producer.send_async(Txn(user=user, amount=amount), None)
