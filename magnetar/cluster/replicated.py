@@ -244,6 +244,9 @@ class _Writer:
                 except StorageError as e:
                     self.fail(e)
                     return
+                except Exception as e:  # the metadata store is unreachable
+                    self.fail(StorageError(f"ensemble change not recorded: {e}"))
+                    return
                 self.ledger.ensembles = [*ensembles, (first, nodes)]
                 self.store.stats["ensemble_changes"] += 1
                 log.warning(
@@ -382,8 +385,8 @@ class _Partition:
             ),
             last_entry=writer.lac,
         )
+        await self.save(replace_ledger=closed)  # if this fails the writer stays: retried
         self.writer = None
-        await self.save(replace_ledger=closed)
         ledger.info, ledger.last_entry = closed.info, closed.last_entry
 
     def confirmed(self, ledger: Ledger, r: Record) -> Entry:
