@@ -165,27 +165,39 @@ def _require_zookeeper(settings: Settings, command: str) -> None:
 
 
 def _broker(args: argparse.Namespace) -> int:
+    from magnetar.core.dirlock import lock_directories, node_directories
     from magnetar.core.resources import bound_allocator, raise_fd_limit
 
     settings = settings_from_args(args)
     _require_zookeeper(settings, "broker")
+    locks = lock_directories(node_directories(settings))
     bound_allocator()
     raise_fd_limit()
     from magnetar.standalone import serve
 
-    asyncio.run(serve(settings, replicated=True))
+    try:
+        asyncio.run(serve(settings, replicated=True))
+    finally:
+        for lock in locks:
+            lock.release()
     return 0
 
 
 def _storage_node(args: argparse.Namespace) -> int:
+    from magnetar.core.dirlock import lock_directories, node_directories
     from magnetar.core.resources import raise_fd_limit
 
     settings = settings_from_args(args)
     _require_zookeeper(settings, "storage-node")
+    locks = lock_directories(node_directories(settings))  # one node per data directory
     raise_fd_limit()
     from magnetar.cluster.node import serve
 
-    asyncio.run(serve(settings))
+    try:
+        asyncio.run(serve(settings))
+    finally:
+        for lock in locks:
+            lock.release()
     return 0
 
 

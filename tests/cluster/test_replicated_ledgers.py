@@ -18,6 +18,7 @@ from tests.cluster.conftest import Cluster, wait_for
 
 pytestmark = pytest.mark.slow
 ADMIN = [sys.executable, "-m", "magnetar.cli", "admin", "--url"]
+NODE = [sys.executable, "-m", "magnetar.cli", "storage-node", "--data-dir"]
 TOPIC = "persistent://public/default/orders"
 
 
@@ -403,3 +404,16 @@ def test_a_lost_node_is_re_replicated_and_a_second_loss_loses_nothing(cluster: C
     check_history(got[:closed_end], in_closed & pub.acked)
     assert set(got[:closed_end]) == in_closed
     pub.close()
+
+
+def test_a_second_storage_node_on_the_same_data_directory_is_refused(cluster: Cluster) -> None:
+    node = cluster.add_node()
+    out = subprocess.run(
+        [*NODE, str(node.data_dir), "--metadata-url", cluster.url, "--port", "0"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+    )
+    assert out.returncode != 0
+    assert str(node.proc.pid if node.proc else "") in out.stderr, out.stderr
