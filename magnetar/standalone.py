@@ -22,6 +22,7 @@ from magnetar.broker.retention import RetentionService
 from magnetar.cluster.replicated import ReplicatedStorage
 from magnetar.core.config import Settings, parse_listeners
 from magnetar.core.ports import check_free, listening
+from magnetar.http.cluster_metrics import cluster_metrics
 from magnetar.http.metrics import MetricSource, storage_metrics
 from magnetar.http.routes import Route, ok
 from magnetar.http.server import HttpServer
@@ -201,6 +202,8 @@ def _metric_sources(node: Standalone) -> list[MetricSource]:
     sources = []
     if isinstance(node.storage, StorageEngine):
         sources.append(storage_metrics(node.storage, cluster))
+    else:
+        sources.append(cluster_metrics(node.storage, cluster))
     if node.kafka is not None:
         sources.append(kafka_metrics(node.kafka))
     if node.views is not None:

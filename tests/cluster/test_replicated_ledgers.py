@@ -181,6 +181,11 @@ def test_kill_9_of_a_storage_node_mid_stream_loses_nothing_and_changes_the_ensem
     ledger = cluster.ledgers(TOPIC)[-1]
     assert len(ledger["ensembles"]) >= 2, "the ensemble did not change"
     assert victim.node_id not in ledger["ensembles"][-1][1]
+    metrics = _metrics(b.http_url)
+    assert metrics[("magnetar_ledger_ensemble_changes_total", ())] >= 1
+    live = {n.node_id for n in cluster.nodes if n is not victim}
+    for node in live:
+        assert metrics[("magnetar_storage_node_read_only", (("node", node),))] == 0
     check_history(read_all(b.pulsar_url, TOPIC, len(pub.acked)), pub.acked)
     pub.close()
     consumer = confluent_kafka.Consumer(
@@ -417,3 +422,16 @@ def test_a_second_storage_node_on_the_same_data_directory_is_refused(cluster: Cl
     )
     assert out.returncode != 0
     assert str(node.proc.pid if node.proc else "") in out.stderr, out.stderr
+
+
+def _metrics(http_url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """The broker's /metrics as {(sample name, labels but cluster): value}."""
+    import requests
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = requests.get(f"{http_url}/metrics", timeout=30).text
+    return {
+        (s.name, tuple(sorted((k, v) for k, v in s.labels.items() if k != "cluster"))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
