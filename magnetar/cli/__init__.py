@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from magnetar import __version__
 from magnetar.cli.admin import add_admin
 from magnetar.cli.client import add_client
+from magnetar.cli.cluster import add_cluster
 from magnetar.cli.rest import RestClient, admin_url
 from magnetar.cli.views import add_views
 from magnetar.core.config import Settings, build_settings
@@ -144,6 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     for flag, dest, kind, text in _STORAGE_NODE_FLAGS:
         node.add_argument(flag, dest=dest, type=kind, help=text)
     node.set_defaults(handler=_storage_node, flags=_STORAGE_NODE_FLAGS)
+    add_cluster(commands)
     add_admin(commands)
     add_client(commands)
     add_views(commands)
