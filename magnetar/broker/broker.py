@@ -19,7 +19,7 @@ from magnetar.broker.errors import (
     NamespaceNotFoundError,
     TopicNotFoundError,
 )
-from magnetar.broker.policies import Namespaces, Policies
+from magnetar.broker.policies import Namespaces, Policies, TopicPolicyStore
 from magnetar.broker.producer_names import ProducerNames
 from magnetar.broker.schemas import SchemaRegistry
 from magnetar.broker.subscription import UnackedLimits
@@ -59,6 +59,8 @@ class Broker:
         self._loading: dict[str, asyncio.Future[Topic]] = {}
         self._policies: dict[str, Policies] = {}
         self._unwatch = meta.watch("/admin/policies", self._on_policy_change)
+        self.topic_policies = TopicPolicyStore(meta, self.namespaces)
+        self._unwatch_topics = meta.watch(paths.TOPIC_POLICIES, self._on_topic_policy_change)
         self.producer_names = ProducerNames(settings.cluster_name)
 
     async def start(self) -> None:
@@ -75,6 +77,31 @@ class Broker:
         for topic in list(self.topics.values()):
             if topic.name.namespace_name == namespace:
                 await self._configure_dedup(topic)
+
+    def _on_topic_policy_change(self, note: Notification) -> None:
+        path = note.path.removeprefix(paths.TOPIC_POLICIES + "/")
+        if path.count("/") == 2:
+            name = TopicName.parse(f"persistent://{path}")
+            asyncio.get_running_loop().create_task(self.apply_topic_policies(name))
+
+    async def apply_topic_policies(self, name: TopicName) -> None:
+        """Make the loaded topics ``name`` governs (itself, or its partitions) follow its
+        topic policies now (the REST call waits for this; other brokers see the watch)."""
+        for topic in list(self.topics.values()):
+            if topic.name == name or topic.name.base == name:
+                await self._configure_dedup(topic)
+
+    async def deduplication(self, name: TopicName) -> bool:
+        """Whether ``name`` deduplicates: its topic policy (a partition's own, else its
+        partitioned topic's), else its namespace's, else the broker's default."""
+        for candidate in dict.fromkeys([name, name.base]):
+            topic_level = await self.topic_policies.get(
+                candidate.tenant, candidate.namespace, candidate.local
+            )
+            if topic_level.deduplicationEnabled is not None:
+                return topic_level.deduplicationEnabled
+        enabled = (await self.policies(name)).deduplicationEnabled
+        return self.settings.deduplication_enabled if enabled is None else enabled
 
     async def policies(self, name: TopicName) -> Policies:
         ns = name.namespace_name
@@ -180,9 +207,7 @@ class Broker:
         return topic
 
     async def _configure_dedup(self, topic: Topic) -> None:
-        enabled = (await self.policies(topic.name)).deduplicationEnabled
-        if enabled is None:
-            enabled = self.settings.deduplication_enabled
+        enabled = await self.deduplication(topic.name)
         if enabled and topic.dedup is None:
             dedup = Deduplication(self.meta, f"/dedup/{topic.name.path}")
             await dedup.load(topic.ledger)
@@ -199,6 +224,7 @@ class Broker:
 
     async def aclose(self) -> None:
         self._unwatch()
+        self._unwatch_topics()
         for topic in list(self.topics.values()):
             await topic.aclose()
         self.topics.clear()

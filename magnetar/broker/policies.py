@@ -4,6 +4,8 @@
 /admin/policies/<tenant>/<ns>        Policies (JSON, Pulsar's field names)
 /admin/partitioned/<t>/<ns>/<topic>  {"partitions": N}
 /admin/topics/<t>/<ns>/<topic>       {} — a persistent (non-partitioned or partition) topic
+/admin/topic-policies/<t>/<ns>/<topic>  TopicPolicies (JSON): a topic's own overrides of its
+                                     namespace's policies (Pulsar's topic policies)
 """
 
 from __future__ import annotations
@@ -72,6 +74,29 @@ def partitioned_path(tenant: str, namespace: str, topic: str) -> str:
 
 def topic_path(tenant: str, namespace: str, topic: str) -> str:
     return f"/admin/topics/{tenant}/{namespace}/{topic}"
+
+
+TOPIC_POLICIES = "/admin/topic-policies"
+
+
+def topic_policies_path(tenant: str, namespace: str, topic: str) -> str:
+    return f"{TOPIC_POLICIES}/{tenant}/{namespace}/{topic}"
+
+
+@dataclass(slots=True)
+class TopicPolicies:
+    """A topic's overrides of its namespace's policies; None: not set on the topic. Set on a
+    partitioned topic's name, they govern every partition (as in Pulsar)."""
+
+    deduplicationEnabled: bool | None = None
+
+    def to_bytes(self) -> bytes:
+        return json.dumps(asdict(self), sort_keys=True).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> TopicPolicies:
+        raw = json.loads(data)
+        return cls(**{k: v for k, v in raw.items() if k in cls.__dataclass_fields__})
 
 
 class Namespaces:
@@ -158,3 +183,25 @@ class Namespaces:
             await self.create_tenant("public")
         if not await self.meta.exists(namespace_path("public", "default")):
             await self.create_namespace("public", "default")
+
+
+class TopicPolicyStore:
+    """Topic policies in the metadata store, by topic name (the namespace must exist)."""
+
+    def __init__(self, meta: MetadataStore, namespaces: Namespaces) -> None:
+        self.meta = meta
+        self.namespaces = namespaces
+
+    async def get(self, tenant: str, namespace: str, topic: str) -> TopicPolicies:
+        node = await self.meta.get(topic_policies_path(tenant, namespace, topic))
+        return TopicPolicies.from_bytes(node.value) if node else TopicPolicies()
+
+    async def set(self, tenant: str, namespace: str, topic: str, policies: TopicPolicies) -> None:
+        """Durable when it returns; an all-None policy removes the node."""
+        await self.namespaces.policies(tenant, namespace)  # NamespaceNotFoundError
+        path = topic_policies_path(tenant, namespace, topic)
+        if policies == TopicPolicies():
+            if await self.meta.exists(path):
+                await self.meta.delete(path)
+        else:
+            await self.meta.put(path, policies.to_bytes())

@@ -298,6 +298,30 @@ TOPICS: list[tuple[str, str, list[tuple[list[str], dict[str, Any]]], Action]] = 
     ),
     ("last-message-id", "", _TOPIC, lambda a, r: r.call("GET", _t(a, "/lastMessageId"))),
     (
+        "set-deduplication",
+        "turn deduplication on or off for this topic (a topic policy over the namespace's)",
+        [
+            *_TOPIC,
+            (["--enable", "-e"], {"action": "store_true"}),
+            (["--disable", "-d"], {"action": "store_true"}),
+        ],
+        lambda a, r: r.call("POST", _t(a, "/deduplicationEnabled"), _enable(a)),
+    ),
+    (
+        "get-deduplication",
+        "the topic's own deduplication setting (null: none); --applied: the one in force",
+        [*_TOPIC, (["--applied"], {"action": "store_true"})],
+        lambda a, r: r.call(
+            "GET", _t(a, "/deduplicationEnabled" + ("?applied=true" if a.applied else ""))
+        ),
+    ),
+    (
+        "remove-deduplication",
+        "drop the topic's deduplication setting: the namespace's applies again",
+        _TOPIC,
+        lambda a, r: r.call("DELETE", _t(a, "/deduplicationEnabled")),
+    ),
+    (
         "subscriptions",
         "list subscriptions",
         _TOPIC,

@@ -23,6 +23,10 @@ def topic_of(request: web.Request) -> TopicName:
     return TopicName.parse(f"persistent://{m['tenant']}/{m['namespace']}/{m['topic']}")
 
 
+def _parts(name: TopicName) -> tuple[str, str, str]:
+    return name.tenant, name.namespace, name.local
+
+
 def _force(request: web.Request) -> bool:
     return request.query.get("force", "false").lower() == "true"
 
@@ -100,6 +104,31 @@ def routes(broker: Broker, admin: TopicAdmin, service_url: str) -> list[Route]:
             )
         return ok(await admin.stats(name))
 
+    async def get_dedup(request: web.Request) -> web.Response:
+        """The topic's own setting (null: none), or with ``?applied=true`` the one in force
+        (topic, else namespace, else broker), as Pulsar's topic policies answer."""
+        name = topic_of(request)
+        if request.query.get("applied", "false").lower() == "true":
+            return ok(await broker.deduplication(name))
+        return ok((await broker.topic_policies.get(*_parts(name))).deduplicationEnabled)
+
+    async def set_dedup(request: web.Request) -> web.Response:
+        body = await json_body(request)
+        if not isinstance(body, bool):
+            raise InvalidRequestError(f"deduplication must be true or false, got {body!r}")
+        await _set_dedup(topic_of(request), body)
+        return no_content()
+
+    async def remove_dedup(request: web.Request) -> web.Response:
+        await _set_dedup(topic_of(request), None)
+        return no_content()
+
+    async def _set_dedup(name: TopicName, enabled: bool | None) -> None:
+        policies = await broker.topic_policies.get(*_parts(name))
+        policies.deduplicationEnabled = enabled
+        await broker.topic_policies.set(*_parts(name), policies)
+        await broker.apply_topic_policies(name)
+
     async def last_message_id(request: web.Request) -> web.Response:
         return ok(await admin.last_message_id(topic_of(request)))
 
@@ -163,6 +192,9 @@ def routes(broker: Broker, admin: TopicAdmin, service_url: str) -> list[Route]:
         Route("DELETE", T + "/partitions", delete_partitions, "Delete a partitioned topic"),
         Route("GET", T + "/stats", stats, "Topic stats"),
         Route("GET", T + "/lastMessageId", last_message_id, "Last message id"),
+        Route("GET", T + "/deduplicationEnabled", get_dedup, "Topic dedup (?applied=true)"),
+        Route("POST", T + "/deduplicationEnabled", set_dedup, "Set topic dedup", "true|false"),
+        Route("DELETE", T + "/deduplicationEnabled", remove_dedup, "Remove topic dedup"),
         Route("GET", T + "/subscriptions", subscriptions, "List subscriptions"),
         Route("PUT", S, create_subscription, "Create a subscription", "MessageId (optional)"),
         Route("DELETE", S, delete_subscription, "Delete a subscription (?force=true)"),

@@ -5,8 +5,11 @@ Each task produces under a deterministic producer name — one per query (or wri
 option ``writeId``) and Spark partition — with sequence ids derived from the micro-batch id
 and the row's index, so a replayed batch or a retried task sends the very same (producer,
 sequence) pairs and the broker's deduplication drops them. That needs deduplication on for
-the namespace; the writer checks and refuses with instructions otherwise (option
-``exactlyOnce=false`` skips this and writes at-least-once).
+the target topic: when it is not (Magnetar's default, as Pulsar's), the writer turns it on
+for that topic alone — a topic policy, logged as a warning, undone with ``magnetar admin
+topics remove-deduplication TOPIC`` — so the first write succeeds without losing the
+guarantee; a topic whose own policy turns it off is refused with instructions. Option
+``exactlyOnce=false`` skips all this and writes at-least-once.
 
 A replay — the broker reports (``last_sequence_id``) rows of this micro-batch stored
 already under this producer name — sends without client-side batching: the broker judges
@@ -17,6 +20,7 @@ the broker drop exactly the stored ones.
 
 from __future__ import annotations
 
+import logging
 import threading
 import uuid
 from collections.abc import Iterator, Mapping
@@ -28,7 +32,9 @@ from pyspark.sql.types import StructType
 
 from magnetar.core.names import TopicName
 from magnetar.spark.options import SparkSourceError, normalize
-from magnetar.spark.planning import http_get
+from magnetar.spark.planning import http_get, http_post
+
+log = logging.getLogger(__name__)
 
 # Sequence ids of micro-batch b: b * 2**32 + 1 + row index. Never 0: pulsar-client treats
 # sequence_id=0 as "not given" and would number that message itself.
@@ -54,22 +60,33 @@ class _Target:
         self.service_url = options.get("serviceurl") or self._lookup()
         self.write_id = options.get("writeid") or uuid.uuid4().hex[:12]
         if options.get("exactlyonce", "true").lower() == "true":
-            self._require_dedup()
+            self._ensure_dedup()
 
     def _lookup(self) -> str:
         name = TopicName.parse(str(self.topic))
         answer = http_get(f"{self.url}/lookup/v2/topic/persistent/{name.path}")
         return str(answer["brokerUrl"])
 
-    def _require_dedup(self) -> None:
+    def _ensure_dedup(self) -> None:
+        """Make sure the broker deduplicates the target topic (see the module docstring)."""
         name = TopicName.parse(str(self.topic))
-        path = f"/admin/v2/namespaces/{name.tenant}/{name.namespace}/deduplication"
-        if http_get(self.url + path) is not True:
+        policy = f"{self.url}/admin/v2/persistent/{name.path}/deduplicationEnabled"
+        if http_get(policy + "?applied=true") is True:
+            return
+        if http_get(policy) is False:
             raise SparkSourceError(
-                f"exactly-once writes need deduplication on namespace {name.namespace_name}: "
-                f"run `magnetar admin namespaces set-deduplication {name.namespace_name} "
-                "--enable`, or set the option exactlyOnce=false"
+                f"exactly-once writes need deduplication, which topic {name} turns off: run "
+                f"`magnetar admin topics set-deduplication {name} --enable` (or "
+                "remove-deduplication), or set the option exactlyOnce=false (at-least-once)"
             )
+        http_post(policy, True)
+        log.warning(
+            "the magnetar sink turned deduplication on for topic %s, which its exactly-once "
+            "writes need (a topic policy; `magnetar admin topics remove-deduplication %s` "
+            "undoes it)",
+            name,
+            name,
+        )
 
     def write(self, iterator: Iterator[Any]) -> WriteResult:
         from pyspark import TaskContext

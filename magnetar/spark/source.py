@@ -136,6 +136,11 @@ class MagnetarDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from magnetar.spark.sink import MagnetarWriter
 
+        if overwrite:  # as Spark's Kafka sink: a log cannot be overwritten
+            raise SparkSourceError(
+                'a Magnetar topic is an append-only log: write with .mode("append") '
+                "(overwrite would have to delete its history)"
+            )
         return MagnetarWriter(table_options(self.options, schema), schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:

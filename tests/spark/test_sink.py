@@ -117,9 +117,28 @@ def test_replay_of_a_half_written_task_stores_the_missing_rows_exactly_once(
     assert read_values(spark, server.http_url, target) == [r.value for r in rows]
 
 
-def test_sink_refuses_a_namespace_without_deduplication(
+def test_the_first_write_to_a_namespace_without_dedup_turns_it_on_for_its_topic(
     spark: SparkSession, server: StandaloneProcess, admin: Admin, topic: str
 ) -> None:
+    """public/default deduplicates nothing (the default, as in Pulsar): the exactly-once sink
+    turns deduplication on for its own topic, so a user's first write succeeds and a replay
+    of it still stores nothing twice; the namespace is left as it was."""
+    policy = f"/admin/v2/persistent/public/default/{topic}/deduplicationEnabled"
+    assert admin.get("/admin/v2/namespaces/public/default/deduplication") is not True
+    df = spark.createDataFrame([(f"v{i}",) for i in range(30)], "value string").repartition(2)
+    writer = df.write.format("magnetar").option("url", server.http_url).option("topic", topic)
+    writer.option("writeId", "first").mode("append").save()
+    assert admin.partition(topic)["end"] == 30
+    assert admin.get(policy) is True and admin.get(policy + "?applied=true") is True
+    writer.option("writeId", "first").mode("append").save()  # the same write, replayed
+    assert admin.partition(topic)["end"] == 30, "exactly once holds"
+    assert admin.get("/admin/v2/namespaces/public/default/deduplication") is not True
+
+
+def test_sink_refuses_a_topic_whose_own_policy_turns_dedup_off(
+    spark: SparkSession, server: StandaloneProcess, admin: Admin, topic: str
+) -> None:
+    admin.call("POST", f"/admin/v2/persistent/public/default/{topic}/deduplicationEnabled", False)
     df = spark.createDataFrame([("x",)], "value string")
     writer = df.write.format("magnetar").option("url", server.http_url).option("topic", topic)
     with pytest.raises(AnalysisException, match="exactly-once writes need deduplication"):
@@ -127,3 +146,15 @@ def test_sink_refuses_a_namespace_without_deduplication(
     assert not [t for t in admin.get("/admin/v2/persistent/public/default") if topic in t]
     writer.option("exactlyOnce", "false").mode("append").save()  # at-least-once, on request
     assert admin.partition(topic)["end"] == 1
+
+
+def test_save_modes_other_than_append_say_to_use_append(
+    spark: SparkSession, server: StandaloneProcess, admin: Admin, topic: str
+) -> None:
+    df = spark.createDataFrame([("x",)], "value string")
+    writer = df.write.format("magnetar").option("url", server.http_url).option("topic", topic)
+    with pytest.raises(AnalysisException, match="Append"):  # Spark's own check, before ours
+        writer.save()
+    with pytest.raises(AnalysisException, match=r'append-only.*\.mode\("append"\)'):
+        writer.mode("overwrite").save()
+    assert not [t for t in admin.get("/admin/v2/persistent/public/default") if topic in t]
