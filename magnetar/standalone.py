@@ -13,6 +13,7 @@ import shutil
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 from aiohttp import web
 
@@ -21,6 +22,7 @@ from magnetar.broker.offload import OffloadService
 from magnetar.broker.retention import RetentionService
 from magnetar.cluster.replicated import ReplicatedStorage
 from magnetar.core.config import Settings, parse_listeners
+from magnetar.core.errors import MagnetarError
 from magnetar.core.ports import check_free, listening
 from magnetar.http.cluster_metrics import cluster_metrics
 from magnetar.http.metrics import MetricSource, storage_metrics
@@ -76,6 +78,8 @@ class Standalone:
             open_object_store(settings.tier), row_group_rows=settings.offload_row_group_rows
         )
         broker = Broker(meta, LedgerFactory(storage, tier), _broker_settings(settings))
+        if isinstance(storage, ReplicatedStorage):
+            storage.persistence = partial(_persistence, broker)
         node = cls(settings, meta, storage, tier, broker)
         try:
             await broker.start()
@@ -209,6 +213,22 @@ def _metric_sources(node: Standalone) -> list[MetricSource]:
     if node.views is not None:
         sources.append(view_metrics(node.views, cluster))
     return sources
+
+
+async def _persistence(broker: Broker, partition: str) -> tuple[int, int, int] | None:
+    """The `persistence` policy (E, Qw, Qa) of the namespace a partition belongs to."""
+    tenant, namespace, _ = partition.split("/", 2)
+    try:
+        chosen = (await broker.namespaces.policies(tenant, namespace)).persistence
+    except MagnetarError:  # namespace gone meanwhile: the settings decide
+        return None
+    if not chosen:
+        return None
+    return (
+        chosen["bookkeeperEnsemble"],
+        chosen["bookkeeperWriteQuorum"],
+        chosen["bookkeeperAckQuorum"],
+    )
 
 
 def _local(bind: str) -> str:

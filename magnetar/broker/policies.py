@@ -49,6 +49,9 @@ class Policies:
     offload_threshold_in_seconds: int = -1
     offload_deletion_lag_ms: int | None = None
     backlog_quota_map: dict[str, Any] = field(default_factory=dict)
+    # {bookkeeperEnsemble, bookkeeperWriteQuorum, bookkeeperAckQuorum}: new ledgers of the
+    # namespace's topics on storage nodes (None: the broker's ensemble/quorum settings)
+    persistence: dict[str, int] | None = None
 
     def to_bytes(self) -> bytes:
         return json.dumps(asdict(self), sort_keys=True).encode()

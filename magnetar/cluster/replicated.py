@@ -24,6 +24,7 @@ import dataclasses
 import json
 import logging
 import random
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
@@ -348,7 +349,7 @@ class _Partition:
 
     async def new_ledger(self) -> None:
         """Append a fresh OPEN ledger on E writable nodes (durable in metadata)."""
-        e, qw, qa = self.store.quorum
+        e, qw, qa = await self.store.quorum_for(self.name)
         nodes = self.store.nodes.writable()
         if len(nodes) < e:
             await self.store.nodes.refresh()
@@ -441,6 +442,8 @@ class ReplicatedStorage:
         self._ids_lock = asyncio.Lock()
         self.stats: collections.Counter[str] = collections.Counter()
         self.under_replicated: dict[int, list[str]] = {}  # ledger id → lost nodes it names
+        # the namespace's `persistence` policy of a partition (set by whoever knows policies)
+        self.persistence: Callable[[str], Awaitable[tuple[int, int, int] | None]] | None = None
         self._auditor: asyncio.Task[None] | None = None
 
     @classmethod
@@ -453,6 +456,14 @@ class ReplicatedStorage:
         await store.nodes.start()
         store._auditor = asyncio.create_task(store._audit_loop(), name="magnetar-auditor")
         return store
+
+    async def quorum_for(self, name: str) -> tuple[int, int, int]:
+        """E, Qw, Qa for a new ledger of ``name``: its namespace's policy, else the settings."""
+        if self.persistence is not None:
+            chosen = await self.persistence(name)
+            if chosen is not None:
+                return chosen
+        return self.quorum
 
     async def next_ledger_id(self) -> int:
         async with self._ids_lock:

@@ -161,6 +161,24 @@ def _backlog_quota_map(value: Any) -> dict[str, Any]:
     return _backlog_quota(value["destination_storage"])
 
 
+def _persistence(value: Any) -> dict[str, int]:
+    """Pulsar's PersistencePolicies; the mark-delete rate is accepted and not used."""
+    if not isinstance(value, dict):
+        raise InvalidRequestError(
+            'persistence must be {"bookkeeperEnsemble": E, "bookkeeperWriteQuorum": Qw, '
+            '"bookkeeperAckQuorum": Qa}'
+        )
+    e = _int(value.get("bookkeeperEnsemble", 2), "bookkeeperEnsemble", minimum=1)
+    qw = _int(value.get("bookkeeperWriteQuorum", 2), "bookkeeperWriteQuorum", minimum=1)
+    qa = _int(value.get("bookkeeperAckQuorum", 2), "bookkeeperAckQuorum", minimum=1)
+    if not e >= qw >= qa:
+        raise InvalidRequestError(
+            f"persistence needs bookkeeperEnsemble >= bookkeeperWriteQuorum >= "
+            f"bookkeeperAckQuorum, got {e}/{qw}/{qa}"
+        )
+    return {"bookkeeperEnsemble": e, "bookkeeperWriteQuorum": qw, "bookkeeperAckQuorum": qa}
+
+
 # (path suffix, Policies field, parser, value when deleted, write method)
 _POLICIES: list[tuple[str, str, Callable[[Any], Any], Any, str]] = [
     ("retention", "retention_policies", _retention, None, "POST"),
@@ -195,6 +213,7 @@ _POLICIES: list[tuple[str, str, Callable[[Any], Any], Any, str]] = [
         "PUT",
     ),
     ("backlogQuota", "backlog_quota_map", _backlog_quota, {}, "POST"),
+    ("persistence", "persistence", _persistence, None, "POST"),
 ]
 
 
