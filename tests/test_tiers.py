@@ -15,7 +15,7 @@ TIERS = {
     "meta": 1,
     "storage": 2,
     "tier": 3,
-    "cluster": 3,
+    "cluster": 4,
     "ledger": 4,
     "broker": 5,
     "protocols": 6,

@@ -31,6 +31,7 @@ _STANDALONE_FLAGS: list[tuple[str, str, type, str]] = [
     ("--segment-max-bytes", "segment_max_bytes", int, "roll a segment at this size"),
     ("--segment-max-age", "segment_max_age", float, "roll a segment after SECONDS (0: never)"),
     ("--segment-max-entries", "segment_max_entries", int, "roll after N entries (0: no limit)"),
+    ("--index-interval-bytes", "index_interval_bytes", int, "bytes between index entries"),
     ("--journal-max-bytes", "journal_max_bytes", int, "rotate journal files at this size"),
     ("--bind-address", "bind_address", str, "address the listeners bind to"),
     ("--advertised-address", "advertised_address", str, "address given to clients"),
@@ -49,10 +50,17 @@ _STANDALONE_FLAGS: list[tuple[str, str, type, str]] = [
         "/metrics series per topic: true (default) | false (summed per namespace)",
     ),
     ("--kafka-port", "kafka_port", int, "Kafka protocol port (default 9092)"),
+    ("--kafka-namespace", "kafka_namespace", str, "namespace of Kafka topics (public/default)"),
     ("--group-min-session-timeout-ms", "group_min_session_timeout_ms", int, "shortest session ms"),
     ("--group-max-session-timeout-ms", "group_max_session_timeout_ms", int, "longest session ms"),
     ("--flight-port", "flight_port", int, "Arrow Flight bulk-read port (default 8815)"),
     ("--deduplication", "deduplication_enabled", str, "broker-wide dedup default: true|false"),
+    (
+        "--allow-auto-topic-creation",
+        "allow_auto_topic_creation",
+        str,
+        "create unknown topics on first use: true (default) | false",
+    ),
     ("--schema-compatibility", "schema_compatibility_strategy", str, "default strategy (FULL)"),
     ("--max-message-size", "max_message_size", int, "largest message or batch in bytes"),
     (
@@ -101,6 +109,7 @@ _STORAGE_NODE_FLAGS: list[tuple[str, str, type, str]] = [
     ("--bind-address", "bind_address", str, "address the node listens on"),
     ("--advertised-address", "advertised_address", str, "address brokers reach it at"),
     ("--port", "storage_port", int, "storage protocol port (default 3181)"),
+    ("--flight-port", "flight_port", int, "Arrow Flight bulk reads of its ledgers (8815)"),
     ("--fsync", "fsync", str, "journal fsync policy: always | interval:<ms> | never"),
     ("--min-free-bytes", "storage_min_free_bytes", int, "read-only below this free space"),
 ]

@@ -46,7 +46,9 @@ def add_cluster(commands: Any) -> None:
     up.add_argument("--pulsar-port", type=int, default=6650)
     up.add_argument("--http-port", type=int, default=8080)
     up.add_argument("--kafka-port", type=int, default=9092)
-    up.add_argument("--flight-port", type=int, default=8815)
+    up.add_argument(
+        "--flight-port", type=int, default=8815, help="the broker's; storage node i: +1+i"
+    )
     up.add_argument("--ensemble-size", type=int, default=2)
     up.add_argument("--write-quorum", type=int, default=2)
     up.add_argument("--ack-quorum", type=int, default=2)
@@ -152,6 +154,8 @@ def _up(args: argparse.Namespace) -> int:
                     str(data / f"storage-node-{i}"),
                     "--port",
                     str(port),
+                    "--flight-port",
+                    str(args.flight_port + 1 + i),
                     "--metadata-url",
                     url,
                 ],

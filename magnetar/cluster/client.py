@@ -106,6 +106,7 @@ class NodeInfo:
     free_bytes: int
     mode: str
     pid: int = 0
+    flight: int = 0  # its Arrow Flight port (0: none)
 
     @property
     def writable(self) -> bool:
@@ -143,7 +144,13 @@ class NodeDirectory:
                 continue
             d = json.loads(node.value)
             found[child] = NodeInfo(
-                child, d["address"], d["port"], d["freeBytes"], d["mode"], d.get("pid", 0)
+                child,
+                d["address"],
+                d["port"],
+                d["freeBytes"],
+                d["mode"],
+                d.get("pid", 0),
+                d.get("flight", 0),
             )
         now = time.monotonic()
         for node_id in self.nodes.keys() - found.keys():

@@ -24,6 +24,7 @@ import os
 import shutil
 from dataclasses import dataclass, field
 
+from magnetar.cluster.node_flight import NodeFlightServer
 from magnetar.cluster.wire import (
     ADD,
     FLAG_RECOVERY,
@@ -96,6 +97,7 @@ class StorageNode:
         self._conns: set[asyncio.StreamWriter] = set()
         self._stop_session: object = None
         self._catalog: MetadataStore | None = None
+        self.flight: NodeFlightServer | None = None
 
     @property
     def node_id(self) -> str:
@@ -122,6 +124,12 @@ class StorageNode:
                 node._serve, settings.bind_address, settings.storage_port
             )
             node.port = node._server.sockets[0].getsockname()[1]
+            node.flight = NodeFlightServer(
+                node,
+                asyncio.get_running_loop(),
+                f"grpc://{settings.bind_address}:{settings.flight_port}",
+            )
+            node.flight.start()
             await node._register()
             node._tasks.append(asyncio.create_task(node._report_loop()))
             node._stop_session = meta.on_session(node._on_session)  # type: ignore[attr-defined]
@@ -145,6 +153,26 @@ class StorageNode:
                     ledger.add(r.entry_id, e.base_offset, r.base_offset, r.count, r.publish_time)
                     offset = e.next_offset
 
+    def ledger(self, ledger_id: int) -> _Ledger | None:
+        return self._ledgers.get(ledger_id)
+
+    async def read_records(self, ledger_id: int, eids: list[int]) -> list[Record]:
+        """The records of ``eids`` (held here), in that order."""
+        ledger = self._ledgers[ledger_id]
+        name, out = _name(ledger_id), []
+        local = [ledger.rows[eid][0] for eid in eids]
+        i = 0
+        while i < len(local):
+            run = 1  # entries stored one after another are read in one call
+            while i + run < len(local) and local[i + run] == local[i] + run:
+                run += 1
+            got = await self.engine.read(name, local[i], max_entries=run, max_bytes=64 << 20)
+            if not got:
+                raise StorageError(f"ledger {ledger_id}: entry {eids[i]} vanished")
+            out += [Record.unpack(e.payload) for e in got[:run]]
+            i += len(got[:run])
+        return out
+
     # -- registration -------------------------------------------------------------------
 
     def _describe(self) -> bytes:
@@ -155,6 +183,8 @@ class StorageNode:
                 "address": self.address,
                 "port": self.port,
                 "freeBytes": free,
+                "flight": self.flight.port if self.flight is not None else 0,
+                "flightStreams": self.flight.streams if self.flight is not None else 0,
                 "mode": self.mode,
                 "ledgers": len(self._ledgers),
                 "pid": os.getpid(),
@@ -355,13 +385,16 @@ class StorageNode:
     def describe(self) -> str:
         return (
             f"magnetar storage-node ready: {self.node_id}, data in "
-            f"{self.settings.data_dir.resolve()}, {len(self._ledgers)} ledger(s), "
+            f"{self.settings.data_dir.resolve()}, {len(self._ledgers)} ledger(s), flight "
+            f"grpc://{self.address}:{self.flight.port if self.flight else 0}, "
             f"metadata {self.settings.metadata_url}"
         )
 
     async def aclose(self) -> None:
         for task in self._tasks:
             task.cancel()
+        if self.flight is not None:
+            await asyncio.to_thread(self.flight.stop)
         if self._server is not None:
             self._server.close()
         for w in list(self._conns):

@@ -749,6 +749,36 @@ class ReplicatedStorage:
         ledger.times = array.array("q", (rows[i][1] for i in range(ledger.last_entry + 1)))
         return ledger.bases
 
+    async def replica_reads(self, name: str, segment_id: int) -> list[dict[str, Any]] | None:
+        """Where a reader may fetch a closed segment straight from storage nodes: one
+        ``{"first", "end", "flight": [URLs]}`` per ensemble fragment, every listed node
+        holding the whole fragment. None when no node holds whole fragments (striping,
+        E > Qw) or the segment is open: read it through the broker then."""
+        part = self._part(name)
+        ledger = next((lg for lg in part.ledgers if lg.ledger_id == segment_id), None)
+        if ledger is None or ledger.info.state is SegmentState.OPEN or ledger.info.is_empty:
+            return None
+        e, qw, _ = ledger.quorum
+        if e != qw:
+            return None
+        bases = await self._index(ledger)
+        out = []
+        for i, (first, nodes) in enumerate(ledger.ensembles):
+            last = ledger.ensembles[i + 1][0] - 1 if i + 1 < len(ledger.ensembles) else None
+            last = ledger.last_entry if last is None else min(last, ledger.last_entry)
+            if first > last:
+                continue
+            urls = [
+                f"grpc://{info.address}:{info.flight}"
+                for n in nodes
+                if (info := self.nodes.nodes.get(n)) is not None and info.flight
+            ]
+            if not urls:
+                return None
+            end = bases[last + 1] if last + 1 < len(bases) else ledger.info.end_offset
+            out.append({"first": bases[first], "end": end, "flight": urls})
+        return out
+
     async def find_offset(self, name: str, ts: int) -> int:
         part = self._part(name)
         for ledger in part.ledgers:

@@ -111,6 +111,9 @@ async def _plan(broker: Broker, name: TopicName, flight_url: str | None) -> dict
                 "state": s.state.value,
                 "local": s.local,
                 "object": (s.offload or {}).get("key"),
+                "replicas": await ledger.replica_reads(s.segment_id)
+                if s.state.value == "CLOSED" and s.local
+                else None,
             }
             for s in ledger.segments()
         ]

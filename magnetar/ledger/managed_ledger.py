@@ -68,6 +68,11 @@ class LedgerStorage(Protocol):
 
     def end_offset(self, name: str) -> int: ...
 
+    async def replica_reads(self, name: str, segment_id: int) -> list[dict[str, Any]] | None:
+        """Storage nodes a reader may fetch a closed segment from directly; None: through
+        the broker (the local engine, or replicas that do not hold whole ranges)."""
+        ...
+
     def start_offset(self, name: str) -> int: ...
 
     def segments(self, name: str) -> list[SegmentInfo]: ...
@@ -430,6 +435,11 @@ class ManagedLedger:
 
     def segments(self) -> list[SegmentInfo]:
         return self.storage.segments(self.name)
+
+    async def replica_reads(self, segment_id: int) -> list[dict[str, Any]] | None:
+        """``[{"first", "end", "flight": [URLs]}]``: storage nodes that serve the closed
+        segment's offset ranges over Arrow Flight, or None (read it through the broker)."""
+        return await self.storage.replica_reads(self.name, segment_id)
 
     def on_append(self, listener: Callable[[], None]) -> Callable[[], None]:
         """Call ``listener`` after every append; returns the function that removes it."""

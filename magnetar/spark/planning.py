@@ -9,6 +9,7 @@ Flight endpoint.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import urllib.error
@@ -27,7 +28,7 @@ log = logging.getLogger(__name__)
 class Slice:
     """One input partition: an offset range of one partition, from one place."""
 
-    kind: str  # "parquet" (offloaded object) or "flight" (storage node)
+    kind: str  # "parquet" (offloaded object), "flight" (the broker), "node" (storage nodes)
     topic: str
     partition: int
     ledger: str  # tenant/ns/topic[-partition-N]
@@ -37,6 +38,8 @@ class Slice:
     key: str = ""  # object key for parquet slices
     min_ts: int | None = None
     max_ts: int | None = None
+    segment: int = -1  # "node" slices: the ledger the storage nodes hold
+    replicas: tuple[str, ...] = ()  # "node" slices: Flight URLs of nodes holding the range
 
 
 def http_get(url: str) -> Any:
@@ -185,6 +188,27 @@ def _partition_slices(
                     max_ts,
                 )
             )
+        elif seg.get("replicas"):
+            # a closed ledger on storage nodes: read each fragment straight from a node
+            for frag in seg["replicas"]:
+                fa, fb = max(a, frag["first"]), min(b, frag["end"])
+                if fa < fb:
+                    out.append(
+                        Slice(
+                            "node",
+                            topic,
+                            p["index"],
+                            p["name"],
+                            fa,
+                            fb,
+                            plan["flight"],
+                            "",
+                            min_ts,
+                            max_ts,
+                            segment=seg["id"],
+                            replicas=tuple(frag["flight"]),
+                        )
+                    )
         elif out and out[-1].kind == "flight" and out[-1].end == a:
             prev = out.pop()  # neighbouring local segments: one Flight stream
             out.append(
@@ -234,6 +258,4 @@ def split(parts: list[Slice], min_partitions: int | None) -> list[Slice]:
 
 
 def _with(s: Slice, start: int, end: int) -> Slice:
-    return Slice(
-        s.kind, s.topic, s.partition, s.ledger, start, end, s.location, s.key, s.min_ts, s.max_ts
-    )
+    return dataclasses.replace(s, start=start, end=end)

@@ -22,7 +22,7 @@ def read_slice(
 ) -> Iterator[pa.RecordBatch]:
     """Arrow batches of ``s`` in the reader row layout (Spark's schema, exactly): every
     column, or only ``columns`` (see :func:`magnetar.tier.rows.to_rows`)."""
-    tables = _parquet(s) if s.kind == "parquet" else _flight(s)
+    tables = {"parquet": _parquet, "node": _node}.get(s.kind, _flight)(s)
     for table in tables:
         table = _filter(table, s)
         if table.num_rows:
@@ -53,6 +53,25 @@ def _flight(s: Slice) -> Iterator[pa.Table]:
             yield pa.Table.from_batches([chunk.data])
     finally:
         client.close()
+
+
+def _node(s: Slice) -> Iterator[pa.Table]:
+    """A closed ledger's range from the first storage node that serves it; through the
+    broker when none does (all down, or the ledger moved meanwhile)."""
+    import pyarrow.flight as flight
+
+    ticket = flight.Ticket(json.dumps({"ledger": s.segment, "start": s.start, "end": s.end}))
+    for url in s.replicas:
+        client = flight.connect(url)
+        try:
+            tables = [pa.Table.from_batches([c.data]) for c in client.do_get(ticket)]
+        except (flight.FlightError, OSError):
+            continue  # the next replica
+        finally:
+            client.close()
+        yield from tables
+        return
+    yield from _flight(s)
 
 
 def _filter(table: pa.Table, s: Slice) -> pa.Table:

@@ -274,6 +274,10 @@ class StorageEngine:
         """The first offset still stored."""
         return self._part(name).start_offset
 
+    async def replica_reads(self, name: str, segment_id: int) -> list[dict[str, Any]] | None:
+        """Always None: one process's segments are read through its own Flight endpoint."""
+        return None
+
     def segments(self, name: str) -> list[SegmentInfo]:
         """Copies of the partition's segment records, oldest first."""
         return [dataclasses.replace(s.info) for s in self._part(name).segments]

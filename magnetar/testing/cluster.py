@@ -40,6 +40,8 @@ class StorageNodeProcess(StandaloneProcess):
             str(self.storage_port),
             "--metadata-url",
             self.metadata_url,
+            "--flight-port",
+            str(self.flight_port),
             *self.extra_args,
         ]
 
