@@ -19,6 +19,7 @@ from aiohttp import web
 
 from magnetar.broker import Broker, BrokerSettings
 from magnetar.broker.offload import OffloadService
+from magnetar.broker.ownership import BrokerInfo, Ownership
 from magnetar.broker.retention import RetentionService
 from magnetar.cluster.replicated import ReplicatedStorage
 from magnetar.core.config import Settings, parse_listeners
@@ -83,6 +84,9 @@ class Standalone:
         node = cls(settings, meta, storage, tier, broker)
         try:
             await broker.start()
+            if isinstance(storage, ReplicatedStorage):  # several brokers may serve the cluster
+                broker.ownership = Ownership(meta, _me(settings), on_lost=broker.ownership_lost)
+                await broker.ownership.start()
             node.offload = OffloadService(broker, interval=settings.offload_check_interval)
             await node.offload.start()
             node.pulsar = PulsarServer(
@@ -119,6 +123,7 @@ class Standalone:
             node.http.extra_routes += view_routes(node.views)
             node.http.metric_sources += _metric_sources(node)
             node.http.extra_routes += _storage_node_routes(storage)
+            node.http.extra_routes += _broker_routes(broker)
             await listening("http_port", host, settings.http_port, node.http.start())
             await node.views.start(f"http://{_local(settings.bind_address)}:{node.http.port}")
             node.retention = RetentionService(broker, interval=settings.retention_check_interval)
@@ -161,9 +166,42 @@ class Standalone:
                 await self.pulsar.aclose()
             await self.broker.aclose()
             self.tier.close()
-            await self.storage.aclose()
+            await self.storage.aclose()  # ledgers CLOSED: their next owner needs no recovery
+            if self.broker.ownership is not None:
+                await self.broker.ownership.release_all()
+                self.broker.ownership.close()
         finally:
             await self.meta.aclose()
+
+
+def _me(s: Settings) -> BrokerInfo:
+    """This broker as other brokers and clients reach it."""
+    host = s.advertised_address or _local(s.bind_address)
+    return BrokerInfo(
+        f"{host}:{s.pulsar_port}",
+        f"pulsar://{host}:{s.pulsar_port}",
+        f"http://{host}:{s.http_port}",
+        f"{host}:{s.kafka_port}",
+    )
+
+
+def _broker_routes(broker: Broker) -> list[Route]:
+    """Pulsar's ``brokers list``: the live brokers of the cluster (this one alone when it
+    runs without ZooKeeper ownership)."""
+
+    async def listing(request: web.Request) -> web.Response:
+        if broker.ownership is None:
+            return ok([f"{request.host}"])
+        return ok(sorted(b.id for b in await broker.ownership.brokers()))
+
+    async def owned(_request: web.Request) -> web.Response:
+        return ok(broker.ownership.describe() if broker.ownership else {"bundles": []})
+
+    return [
+        Route("GET", "/admin/v2/brokers", listing, "Live brokers"),
+        Route("GET", "/admin/v2/brokers/{cluster}", listing, "Live brokers of a cluster"),
+        Route("GET", "/admin/v2/broker-stats/ownership", owned, "Bundles this broker owns"),
+    ]
 
 
 def _storage_node_routes(storage: StorageEngine | ReplicatedStorage) -> list[Route]:

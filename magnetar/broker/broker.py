@@ -19,6 +19,7 @@ from magnetar.broker.errors import (
     NamespaceNotFoundError,
     TopicNotFoundError,
 )
+from magnetar.broker.ownership import Ownership
 from magnetar.broker.policies import Namespaces, Policies, TopicPolicyStore
 from magnetar.broker.producer_names import ProducerNames
 from magnetar.broker.schemas import SchemaRegistry
@@ -62,6 +63,7 @@ class Broker:
         self.topic_policies = TopicPolicyStore(meta, self.namespaces)
         self._unwatch_topics = meta.watch(paths.TOPIC_POLICIES, self._on_topic_policy_change)
         self.producer_names = ProducerNames(settings.cluster_name)
+        self.ownership: Ownership | None = None  # several brokers: who serves which bundle
 
     async def start(self) -> None:
         formats.limit_message_size(self.settings.max_message_size)
@@ -184,6 +186,8 @@ class Broker:
             await self.policies(name)
         except NamespaceNotFoundError:
             raise
+        if self.ownership is not None:
+            await self.ownership.check(name)  # NotOwnerError: its client looks it up again
         registered = await self.topic_exists(name)
         if not registered:
             allowed = create and self.settings.allow_auto_topic_creation
@@ -221,6 +225,14 @@ class Broker:
         await self.namespaces.policies(tenant, namespace)
         names = await self.meta.list_children(f"/admin/topics/{tenant}/{namespace}")
         return [f"persistent://{tenant}/{namespace}/{n}" for n in names]
+
+    def ownership_lost(self) -> None:
+        """The ZooKeeper session is gone: stop serving every topic now (another broker may
+        own them soon); the ledgers are left as they are, for their next owner to recover."""
+        for key, topic in list(self.topics.items()):
+            topic.disconnect_all()
+            topic.ledger.release()
+            del self.topics[key]
 
     async def aclose(self) -> None:
         self._unwatch()

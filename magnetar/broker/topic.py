@@ -249,6 +249,14 @@ class Topic:
             del self.subscriptions[sub.name]
             await sub.aclose()
 
+    def disconnect_all(self) -> None:
+        """Tell every producer and consumer to go (their clients look the topic up again):
+        the topic is being unloaded from this broker."""
+        for producer in list(self.producers):
+            self._fence(producer)
+        for sub in list(self.subscriptions.values()):
+            sub.disconnect_all()
+
     async def aclose(self) -> None:
         for sub in list(self.subscriptions.values()):
             await sub.aclose()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from collections.abc import Sequence
 
@@ -257,5 +258,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"magnetar: error: {e}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
+        return EXIT_ERROR
+    except BrokenPipeError:  # `magnetar ... | head`: the reader left early; no traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_ERROR
     return code

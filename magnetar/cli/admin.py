@@ -420,12 +420,17 @@ STORAGE_NODES: list[tuple[str, str, list[tuple[list[str], dict[str, Any]]], Acti
     ),
 ]
 
+BROKERS: list[tuple[str, str, list[tuple[list[str], dict[str, Any]]], Action]] = [
+    ("list", "live brokers", [], lambda a, r: r.call("GET", "/admin/v2/brokers")),
+]
+
 GROUPS = {
     "tenants": ("manage tenants", TENANTS),
     "namespaces": ("manage namespaces and their policies", NAMESPACES),
     "topics": ("manage topics", TOPICS),
     "subscriptions": ("manage subscriptions", SUBSCRIPTIONS),
     "storage-nodes": ("list the cluster's storage nodes", STORAGE_NODES),
+    "brokers": ("list the cluster's brokers", BROKERS),
 }
 
 

@@ -507,6 +507,13 @@ class ReplicatedStorage:
             with contextlib.suppress(Exception):
                 await self.meta.delete(part.path)
 
+    def release(self, name: str) -> None:
+        """Forget ``name`` (ownership lost): its writer fails what is in flight, nothing is
+        closed — the next owner fences and recovers the open ledger."""
+        part = self._parts.pop(name, None)
+        if part is not None and part.writer is not None:
+            part.writer.fail(LedgerFencedError(f"{name} moved to another broker"))
+
     def has_partition(self, name: str) -> bool:
         return name in self._parts
 

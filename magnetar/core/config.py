@@ -57,7 +57,7 @@ class Settings:
     segment_max_bytes: int = 128 * MiB
     segment_max_age: float = 0.0  # seconds; 0 = no age limit
     segment_max_entries: int = 0  # 0 = no limit
-    index_interval_bytes: int = 4096
+    index_interval_bytes: int = 4096  # bytes between a segment's offset/time index entries
     tail_cache_bytes: int = 512 * MiB  # newest entries of all partitions, per node
     bind_address: str = "127.0.0.1"
     advertised_address: str = ""  # default: bind_address
@@ -81,7 +81,7 @@ class Settings:
     max_unacked_messages_per_consumer: int = 50_000
     max_unacked_messages_per_subscription: int = 200_000
     fetch_max_bytes: int = 50 * MiB  # largest Kafka fetch response (Kafka's fetch.max.bytes)
-    allow_auto_topic_creation: bool = True
+    allow_auto_topic_creation: bool = True  # a producer or consumer of an unknown topic creates it
     retention_check_interval: float = 30.0  # seconds between retention / TTL sweeps
     tier_url: str = ""  # object store for offloaded segments; default file://DATA_DIR/tier
     offload_check_interval: float = 5.0  # seconds between offload-policy sweeps

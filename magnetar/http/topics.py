@@ -171,6 +171,18 @@ def routes(broker: Broker, admin: TopicAdmin, service_url: str) -> list[Route]:
     async def lookup(request: web.Request) -> web.Response:
         name = topic_of(request)
         await broker.policies(name)
+        if broker.ownership is not None:
+            owner, _ = await broker.ownership.lookup(name, authoritative=True)
+            if owner.id != broker.ownership.me.id:
+                return ok(
+                    {
+                        "brokerUrl": owner.pulsar,
+                        "brokerUrlTls": "",
+                        "httpUrl": owner.http,
+                        "httpUrlTls": "",
+                        "nativeUrl": owner.pulsar,
+                    }
+                )
         return ok(
             {
                 "brokerUrl": service_url,

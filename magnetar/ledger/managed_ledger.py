@@ -68,6 +68,11 @@ class LedgerStorage(Protocol):
 
     def end_offset(self, name: str) -> int: ...
 
+    def release(self, name: str) -> None:
+        """Forget the partition without closing it: its next writer (another broker) will
+        recover it. Nothing more is written through this process."""
+        ...
+
     async def replica_reads(self, name: str, segment_id: int) -> list[dict[str, Any]] | None:
         """Storage nodes a reader may fetch a closed segment from directly; None: through
         the broker (the local engine, or replicas that do not hold whole ranges)."""
@@ -435,6 +440,10 @@ class ManagedLedger:
 
     def segments(self) -> list[SegmentInfo]:
         return self.storage.segments(self.name)
+
+    def release(self) -> None:
+        """This broker stops writing the partition (it lost ownership); see LedgerStorage."""
+        self.storage.release(self.name)
 
     async def replica_reads(self, segment_id: int) -> list[dict[str, Any]] | None:
         """``[{"first", "end", "flight": [URLs]}]``: storage nodes that serve the closed

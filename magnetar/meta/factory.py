@@ -25,7 +25,8 @@ def open_store(url: str) -> MetadataStore:
 
     - ``sqlite:///data/meta.db`` (relative) or ``sqlite:////var/lib/magnetar/meta.db``
       (absolute): a :class:`SqliteMetadataStore`; missing parent directories are created.
-    - ``zk://host:2181[,host2:2181]/chroot``: a ZooKeeperMetadataStore (needs ``kazoo``).
+    - ``zk://host:2181[,host2:2181]/chroot[?sessionTimeoutMs=N]``: a ZooKeeperMetadataStore
+      (needs ``kazoo``); a broker's topics move this long after it dies (default 10 s).
     - ``memory:``: a :class:`MemoryMetadataStore`, empty and gone with the process.
 
     Raises ConfigError for any other URL, MetadataError if the file cannot be opened.
@@ -46,7 +47,17 @@ def _open_zookeeper(url: str) -> MetadataStore:
         raise ConfigError(
             "metadata_url", f"{url!r} needs the kazoo package: pip install 'magnetar[cluster]'"
         ) from e
-    return ZooKeeperMetadataStore(url)
+    base, _, query = url.partition("?")
+    options = dict(part.partition("=")[::2] for part in query.split("&") if part)
+    unknown = set(options) - {"sessionTimeoutMs"}
+    if unknown:
+        raise ConfigError("metadata_url", f"unknown option(s) {sorted(unknown)} in {url!r}")
+    if "sessionTimeoutMs" in options:
+        raw = options["sessionTimeoutMs"]
+        if not raw.isdigit() or int(raw) < 1000:
+            raise ConfigError("metadata_url", f"sessionTimeoutMs must be >= 1000, got {raw!r}")
+        return ZooKeeperMetadataStore(base, session_timeout=int(raw) / 1000)
+    return ZooKeeperMetadataStore(base)
 
 
 def _open_sqlite(url: str, path: Path) -> SqliteMetadataStore:

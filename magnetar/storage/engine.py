@@ -274,6 +274,9 @@ class StorageEngine:
         """The first offset still stored."""
         return self._part(name).start_offset
 
+    def release(self, name: str) -> None:
+        """Nothing to do: one process owns its local partitions for its whole life."""
+
     async def replica_reads(self, name: str, segment_id: int) -> list[dict[str, Any]] | None:
         """Always None: one process's segments are read through its own Flight endpoint."""
         return None

@@ -51,7 +51,7 @@ class Cluster:
         """A metadata node's JSON value, read by a session of the test's own."""
 
         async def read() -> Any:
-            store = ZooKeeperMetadataStore(self.url)
+            store = ZooKeeperMetadataStore(self.url.partition("?")[0])
             try:
                 node = await store.get(path)
                 return json.loads(node.value) if node and node.value else None

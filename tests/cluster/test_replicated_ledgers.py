@@ -33,6 +33,7 @@ class Publisher:
         )
         self.acked: set[bytes] = set()
         self.failed: set[bytes] = set()
+        self.sent = 0  # messages handed to the client so far
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -43,6 +44,7 @@ class Publisher:
             value = f"m-{i:07d}".encode()
             self.producer.send_async(value, self._callback(value))
             i += 1
+            self.sent = i
             if i % 200 == 0:
                 time.sleep(0.01)
 
@@ -52,6 +54,11 @@ class Publisher:
                 (self.acked if result == pulsar.Result.Ok else self.failed).add(value)
 
         return done
+
+    def acked_from(self, first: int) -> bool:
+        """Whether a message numbered ``first`` or later was acknowledged."""
+        with self._lock:
+            return any(int(v[2:]) >= first for v in self.acked)
 
     def start(self) -> Publisher:
         self.thread.start()

@@ -83,6 +83,15 @@ class Commands:
         cmd = frame.command.lookup_topic
         await self.broker.policies(self.conn.topic_name(cmd.topic))
         wanted = cmd.advertised_listener_name
+        ownership = self.broker.ownership
+        if ownership is not None and not wanted:
+            name = self.conn.topic_name(cmd.topic)
+            owner, owns = await ownership.lookup(name, authoritative=cmd.authoritative)
+            mine = owner.id == ownership.me.id
+            url = self.conn.server.service_url if mine else owner.pulsar
+            # an owner: connect there; nobody yet: ask there again, authoritatively (it takes it)
+            self.conn.write(responses.lookup_response(cmd.request_id, url, redirect=not owns))
+            return
         if not wanted:
             self.conn.write(responses.lookup_response(cmd.request_id, self.conn.server.service_url))
             return

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from magnetar.broker import errors as be
+from magnetar.broker.ownership import NotOwnerError
 from magnetar.core.errors import InvalidNameError, MagnetarError
 from magnetar.protocols.pulsar._proto import pulsar_api_pb2 as pb
 from magnetar.protocols.pulsar.errors import MessageRefusedError
 from magnetar.storage import StorageError
 
 _MAP: list[tuple[type[MagnetarError], pb.ServerError]] = [
+    (NotOwnerError, pb.ServerError.ServiceNotReady),
     (be.SubscriptionNotFoundError, pb.ServerError.SubscriptionNotFound),
     (be.SchemaNotFoundError, pb.ServerError.TopicNotFound),
     (be.NotFoundError, pb.ServerError.TopicNotFound),

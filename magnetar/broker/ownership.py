@@ -1,0 +1,209 @@
+"""Which broker serves a topic: namespace bundles owned through ZooKeeper ephemeral nodes
+(docs/cluster-protocol.md, "Brokers"), Pulsar's scheme.
+
+A namespace's topics hash (CRC-32 of the topic name) into ``BUNDLES`` equal ranges; a bundle
+is owned by the broker holding the ephemeral node ``/bundles/<tenant>/<ns>/<range>``, which
+goes with its ZooKeeper session. A lookup finds the owner, or — when there is none — picks
+the live broker owning fewest bundles (this one on a tie) and, when it is this broker (or the
+client was sent here authoritatively), takes the bundle. Each live broker holds the ephemeral
+``/brokers/<id>`` with its URLs.
+
+A broker whose session is lost stops serving every topic at once (the callback), before the
+server expires the session and another broker can take the bundles; if it was frozen
+instead and wakes up late, storage fencing refuses its writes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import zlib
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from magnetar.broker.errors import BrokerError
+from magnetar.core.names import TopicName
+from magnetar.meta import MetadataStore
+from magnetar.meta.base import SessionState
+from magnetar.meta.errors import NodeExistsError, NotFoundError
+
+log = logging.getLogger(__name__)
+
+BROKERS = "/brokers"
+BUNDLES = "/bundles"
+BUNDLE_COUNT = 4  # Pulsar's defaultNumberOfNamespaceBundles
+FULL = 1 << 32
+
+
+class NotOwnerError(BrokerError):
+    """This broker does not own the topic's bundle: look the topic up again (Pulsar answers
+    ServiceNotReady, which makes its client do so)."""
+
+    code = "broker.not_owner"
+    retriable = True
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerInfo:
+    id: str
+    pulsar: str  # pulsar://host:port
+    http: str  # http://host:port
+    kafka: str  # host:port
+
+    def to_bytes(self) -> bytes:
+        return json.dumps(asdict(self)).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> BrokerInfo:
+        d = json.loads(data)
+        return cls(d["id"], d["pulsar"], d["http"], d["kafka"])
+
+
+def bundle_of(name: TopicName, count: int = BUNDLE_COUNT) -> str:
+    """The bundle range of ``name`` (a partition hashes by its own name, as in Pulsar)."""
+    h = zlib.crc32(str(name).encode()) & 0xFFFFFFFF
+    size = FULL // count
+    i = min(h // size, count - 1)
+    lo, hi = i * size, FULL if i == count - 1 else (i + 1) * size
+    return f"0x{lo:08x}_0x{hi:08x}"
+
+
+class Ownership:
+    def __init__(
+        self, meta: MetadataStore, me: BrokerInfo, on_lost: Callable[[], None] | None = None
+    ) -> None:
+        self.meta = meta
+        self.me = me
+        self.on_lost = on_lost
+        self.owned: set[str] = set()  # bundle paths this broker holds
+        self._lock = asyncio.Lock()
+        self._stop_session: Callable[[], None] | None = None
+
+    async def start(self) -> None:
+        for path in (BROKERS, BUNDLES):
+            with contextlib.suppress(NodeExistsError):
+                await self.meta.put(path, b"", expected_version=-1)
+        await self._register()
+        self._stop_session = self.meta.on_session(self._session)  # type: ignore[attr-defined]
+
+    async def _register(self) -> None:
+        path = f"{BROKERS}/{self.me.id}"
+        if await self.meta.get(path) is not None:  # our own, from a session not yet expired
+            with contextlib.suppress(NotFoundError):
+                await self.meta.delete(path)
+        await self.meta.create_ephemeral(path, self.me.to_bytes())  # type: ignore[attr-defined]
+
+    def _session(self, state: SessionState) -> None:
+        if state is SessionState.LOST and self.owned:
+            log.warning(
+                "broker %s lost its ZooKeeper session: it stops serving %d bundle(s)",
+                self.me.id,
+                len(self.owned),
+            )
+            self.owned.clear()
+            if self.on_lost is not None:
+                self.on_lost()
+        elif state is SessionState.CONNECTED:
+            asyncio.get_running_loop().create_task(self._reregister())
+
+    async def _reregister(self) -> None:
+        try:
+            if await self.meta.get(f"{BROKERS}/{self.me.id}") is None:
+                await self._register()
+        except Exception as e:
+            log.warning("broker %s: registering again failed: %s", self.me.id, e)
+
+    async def brokers(self) -> list[BrokerInfo]:
+        out = []
+        for child in await self.meta.list_children(BROKERS):
+            node = await self.meta.get(f"{BROKERS}/{child}")
+            if node is not None and node.value:
+                out.append(BrokerInfo.from_bytes(node.value))
+        return out
+
+    @staticmethod
+    def bundle_path(name: TopicName) -> str:
+        return f"{BUNDLES}/{name.tenant}/{name.namespace}/{bundle_of(name)}"
+
+    async def owner(self, name: TopicName) -> BrokerInfo | None:
+        node = await self.meta.get(self.bundle_path(name))
+        return BrokerInfo.from_bytes(node.value) if node is not None and node.value else None
+
+    async def lookup(
+        self, name: TopicName, *, authoritative: bool = False
+    ) -> tuple[BrokerInfo, bool]:
+        """(broker, True) when that broker owns ``name``; (broker, False) when nobody does
+        and that other broker should take it (send the client there, authoritatively). An
+        unowned topic whose choice is this broker, or an authoritative lookup, takes it."""
+        owner = await self.owner(name)
+        if owner is not None:
+            return owner, True
+        target = await self._least_loaded()
+        if authoritative or target.id == self.me.id:
+            return await self.acquire(name), True
+        return target, False
+
+    async def _least_loaded(self) -> BrokerInfo:
+        brokers = await self.brokers()
+        counts = dict.fromkeys((b.id for b in brokers), 0)
+        for tenant in await self.meta.list_children(BUNDLES):
+            for ns in await self.meta.list_children(f"{BUNDLES}/{tenant}"):
+                for bundle in await self.meta.list_children(f"{BUNDLES}/{tenant}/{ns}"):
+                    node = await self.meta.get(f"{BUNDLES}/{tenant}/{ns}/{bundle}")
+                    if node is not None and node.value:
+                        owner = BrokerInfo.from_bytes(node.value).id
+                        counts[owner] = counts.get(owner, 0) + 1
+        live = [b for b in brokers if b.id in counts] or [self.me]
+        return min(live, key=lambda b: (counts.get(b.id, 0), b.id != self.me.id, b.id))
+
+    async def acquire(self, name: TopicName) -> BrokerInfo:
+        """Take ``name``'s bundle unless someone holds it; the owner either way."""
+        path = self.bundle_path(name)
+        async with self._lock:
+            if path in self.owned:
+                return self.me
+            for parent in (
+                f"{BUNDLES}/{name.tenant}",
+                f"{BUNDLES}/{name.tenant}/{name.namespace}",
+            ):
+                with contextlib.suppress(NodeExistsError):
+                    await self.meta.put(parent, b"", expected_version=-1)
+            try:
+                await self.meta.create_ephemeral(path, self.me.to_bytes())  # type: ignore[attr-defined]
+            except NodeExistsError:
+                owner = await self.owner(name)
+                if owner is None:  # gone meanwhile: the next lookup takes it
+                    raise NotOwnerError(f"bundle of {name} is changing hands; retry") from None
+                if owner.id != self.me.id:
+                    return owner
+            self.owned.add(path)
+            log.info("broker %s owns bundle %s", self.me.id, path)
+            return self.me
+
+    async def check(self, name: TopicName) -> None:
+        """Raise NotOwnerError unless this broker owns ``name`` (taking it when unowned)."""
+        if self.bundle_path(name) in self.owned:
+            return
+        owner = await self.acquire(name)
+        if owner.id != self.me.id:
+            raise NotOwnerError(f"topic {name} is served by broker {owner.id} ({owner.pulsar})")
+
+    def owns(self, name: TopicName) -> bool:
+        return self.bundle_path(name) in self.owned
+
+    async def release_all(self) -> None:
+        """Graceful shutdown: give every bundle back (the next lookup moves it)."""
+        for path in list(self.owned):
+            with contextlib.suppress(Exception):
+                await self.meta.delete(path)
+        self.owned.clear()
+
+    def close(self) -> None:
+        if self._stop_session is not None:
+            self._stop_session()
+
+    def describe(self) -> dict[str, Any]:
+        return {"id": self.me.id, "bundles": sorted(self.owned)}
