@@ -31,6 +31,7 @@ from magnetar.http.routes import Route, ok
 from magnetar.http.server import HttpServer
 from magnetar.ledger import LedgerFactory
 from magnetar.meta import MetadataStore, open_metadata_store
+from magnetar.meta.counters import reserve_block
 from magnetar.protocols.flight.server import BulkReadServer
 from magnetar.protocols.kafka.metrics import kafka_metrics
 from magnetar.protocols.kafka.server import KafkaServer
@@ -84,8 +85,11 @@ class Standalone:
         node = cls(settings, meta, storage, tier, broker)
         try:
             await broker.start()
+            kafka_node = 0
             if isinstance(storage, ReplicatedStorage):  # several brokers may serve the cluster
-                broker.ownership = Ownership(meta, _me(settings), on_lost=broker.ownership_lost)
+                kafka_node = await _kafka_node_id(settings, meta)
+                me = _me(settings, kafka_node)
+                broker.ownership = Ownership(meta, me, on_lost=broker.ownership_lost)
                 await broker.ownership.start()
             node.offload = OffloadService(broker, interval=settings.offload_check_interval)
             await node.offload.start()
@@ -99,7 +103,7 @@ class Standalone:
             )
             host = settings.bind_address
             await listening("pulsar_port", host, settings.pulsar_port, node.pulsar.start())
-            node.kafka = KafkaServer(broker, _kafka_settings(settings))
+            node.kafka = KafkaServer(broker, _kafka_settings(settings, kafka_node))
             await listening("kafka_port", host, settings.kafka_port, node.kafka.start())
             advertised = settings.advertised_address or settings.bind_address
             check_free("flight_port", host, settings.flight_port)  # gRPC would not say why
@@ -174,7 +178,7 @@ class Standalone:
             await self.meta.aclose()
 
 
-def _me(s: Settings) -> BrokerInfo:
+def _me(s: Settings, kafka_node: int) -> BrokerInfo:
     """This broker as other brokers and clients reach it."""
     host = s.advertised_address or _local(s.bind_address)
     return BrokerInfo(
@@ -182,7 +186,19 @@ def _me(s: Settings) -> BrokerInfo:
         f"pulsar://{host}:{s.pulsar_port}",
         f"http://{host}:{s.http_port}",
         f"{host}:{s.kafka_port}",
+        kafka_node,
     )
+
+
+async def _kafka_node_id(s: Settings, meta: MetadataStore) -> int:
+    """This broker's Kafka node id: taken once from a cluster-wide counter, then kept in
+    its data directory (stable across restarts, as Kafka's broker.id)."""
+    path = s.data_dir / "kafka-node-id"
+    if path.exists():
+        return int(path.read_text().strip())
+    node = await reserve_block(meta, "/counters/kafka-node-id", 1)
+    path.write_text(f"{node}\n")
+    return node
 
 
 def _broker_routes(broker: Broker) -> list[Route]:
@@ -286,8 +302,9 @@ def _broker_settings(s: Settings) -> BrokerSettings:
     )
 
 
-def _kafka_settings(s: Settings) -> KafkaSettings:
+def _kafka_settings(s: Settings, node_id: int = 0) -> KafkaSettings:
     return KafkaSettings(
+        node_id=node_id,
         namespace=s.kafka_namespace,
         host=s.bind_address,
         port=s.kafka_port,

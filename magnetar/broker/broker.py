@@ -186,14 +186,14 @@ class Broker:
             await self.policies(name)
         except NamespaceNotFoundError:
             raise
-        if self.ownership is not None:
-            await self.ownership.check(name)  # NotOwnerError: its client looks it up again
         registered = await self.topic_exists(name)
         if not registered:
             allowed = create and self.settings.allow_auto_topic_creation
             if not allowed:
                 raise TopicNotFoundError(f"topic {name} does not exist")
             await self.meta.put(paths.topic_path(name.tenant, name.namespace, name.local), b"{}")
+        if self.ownership is not None:  # registered by any broker, served by its owner only
+            await self.ownership.check(name)  # NotOwnerError: its client looks it up again
         ledger = await self.ledgers.open(name.path)
         limits = UnackedLimits(
             self.settings.max_unacked_messages_per_consumer,

@@ -52,6 +52,7 @@ class BrokerInfo:
     pulsar: str  # pulsar://host:port
     http: str  # http://host:port
     kafka: str  # host:port
+    kafka_node: int = 0  # its Kafka node id (stable: kept in its data directory)
 
     def to_bytes(self) -> bytes:
         return json.dumps(asdict(self)).encode()
@@ -59,7 +60,7 @@ class BrokerInfo:
     @classmethod
     def from_bytes(cls, data: bytes) -> BrokerInfo:
         d = json.loads(data)
-        return cls(d["id"], d["pulsar"], d["http"], d["kafka"])
+        return cls(d["id"], d["pulsar"], d["http"], d["kafka"], d.get("kafka_node", 0))
 
 
 def bundle_of(name: TopicName, count: int = BUNDLE_COUNT) -> str:

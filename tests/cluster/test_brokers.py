@@ -121,3 +121,56 @@ def test_a_frozen_owner_is_replaced_and_acknowledges_nothing_after_it_wakes(
         other.close()
     finally:
         cluster.stop()
+
+
+def test_kafka_clients_follow_partition_leaders_across_brokers(two_brokers: Cluster) -> None:
+    """Metadata lists both brokers and leads each partition from the broker owning it; a
+    Kafka producer and consumer bootstrapped on either broker reach every partition."""
+    import confluent_kafka
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    cluster = two_brokers
+    try:
+        first, second = cluster.brokers
+        bootstrap = f"127.0.0.1:{first.kafka_port},127.0.0.1:{second.kafka_port}"
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic("spread", num_partitions=8)])["spread"].result(30)
+        producer = confluent_kafka.Producer(
+            {"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True}
+        )
+        acked: list[tuple[int, bytes]] = []
+
+        def delivered(err: object, msg: confluent_kafka.Message) -> None:
+            if err is None:
+                acked.append((msg.partition(), msg.value()))
+
+        for i in range(4000):
+            producer.produce(
+                "spread", f"v-{i:05d}".encode(), key=str(i).encode(), on_delivery=delivered
+            )
+            producer.poll(0)
+        assert producer.flush(60) == 0
+        assert len(acked) == 4000
+        meta = admin.list_topics("spread", timeout=30)
+        assert len(meta.brokers) == 2
+        leaders = {p.leader for p in meta.topics["spread"].partitions.values()}
+        assert len(leaders) == 2, f"every partition led by one broker: {leaders}"
+        consumer = confluent_kafka.Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": "spread-check",
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+            }
+        )
+        consumer.assign([confluent_kafka.TopicPartition("spread", p, 0) for p in range(8)])
+        seen: list[bytes] = []
+        deadline = time.monotonic() + 60
+        while len(seen) < 4000 and time.monotonic() < deadline:
+            msg = consumer.poll(1.0)
+            if msg is not None and msg.error() is None:
+                seen.append(msg.value())
+        consumer.close()
+        assert sorted(seen) == sorted(v for _, v in acked)
+    finally:
+        cluster.stop()

@@ -39,34 +39,56 @@ async def metadata(svc: Service, session: Session, req: Request) -> Response:
     if names is None or (req.api_version == 0 and not names):
         names, auto = await svc.topics.list(), False
     s = svc.settings
+    brokers: list[dict[str, Any]] = [
+        {"node_id": s.node_id, "host": s.advertised_host, "port": s.port}
+    ]
+    ownership = svc.broker.ownership
+    if ownership is not None:  # every live broker; a partition's leader is its owner
+        brokers = []
+        for b in await ownership.brokers():
+            host, _, port = b.kafka.rpartition(":")
+            brokers.append({"node_id": b.kafka_node, "host": host, "port": int(port)})
     return {
         "throttle_time_ms": 0,
-        "brokers": [{"node_id": s.node_id, "host": s.advertised_host, "port": s.port}],
+        "brokers": brokers,
         "cluster_id": s.cluster_id,
-        "controller_id": s.node_id,
+        "controller_id": min((int(b["node_id"]) for b in brokers), default=s.node_id),
         "topics": [await _topic_metadata(svc, name, auto) for name in names],
     }
 
 
 async def _topic_metadata(svc: Service, name: str, auto: bool) -> Response:
-    node = svc.settings.node_id
     try:
         n = await svc.topics.partition_count(name, create=auto)
     except MagnetarError as e:
         n, error = None, error_code_of(e)
     else:
         error = ErrorCode.NONE if n is not None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-    partitions = [
-        {
-            "error_code": 0,
-            "partition_index": i,
-            "leader_id": node,
-            "replica_nodes": [node],
-            "isr_nodes": [node],
-        }
-        for i in range(n or 0)
-    ]
+    partitions = []
+    for i in range(n or 0):
+        node = await _leader(svc, name, i)
+        partitions.append(
+            {
+                "error_code": 0,
+                "partition_index": i,
+                "leader_id": node,
+                "replica_nodes": [node],
+                "isr_nodes": [node],
+            }
+        )
     return {"error_code": error, "name": name, "is_internal": False, "partitions": partitions}
+
+
+async def _leader(svc: Service, topic: str, index: int) -> int:
+    """The Kafka node id of the broker serving partition ``index`` of ``topic``."""
+    ownership = svc.broker.ownership
+    if ownership is None:
+        return svc.settings.node_id
+    name = svc.topics.name(topic)
+    if await svc.broker.partitions(name):
+        name = name.partition_name(index)
+    owner, _ = await ownership.lookup(name)
+    return owner.kafka_node
 
 
 async def init_producer_id(svc: Service, session: Session, req: Request) -> Response:

@@ -23,6 +23,7 @@ class ErrorCode(enum.IntEnum):
     UNKNOWN_TOPIC_OR_PARTITION = 3
     INVALID_FETCH_SIZE = 4
     LEADER_NOT_AVAILABLE = 5
+    NOT_LEADER_OR_FOLLOWER = 6
     REQUEST_TIMED_OUT = 7
     MESSAGE_TOO_LARGE = 10
     OFFSET_METADATA_TOO_LARGE = 12
@@ -146,6 +147,7 @@ _BY_MAGNETAR_CODE = {
     "broker.exists": ErrorCode.TOPIC_ALREADY_EXISTS,
     "broker.invalid": ErrorCode.INVALID_REQUEST,
     "broker.message_too_large": ErrorCode.MESSAGE_TOO_LARGE,
+    "broker.not_owner": ErrorCode.NOT_LEADER_OR_FOLLOWER,  # another broker serves it
     "storage.offset_out_of_range": ErrorCode.OFFSET_OUT_OF_RANGE,
     "storage.disk_full": ErrorCode.KAFKA_STORAGE_ERROR,
     "storage.write_failed": ErrorCode.KAFKA_STORAGE_ERROR,
