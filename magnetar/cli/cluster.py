@@ -34,13 +34,13 @@ def add_cluster(commands: Any) -> None:
     actions = cluster.add_subparsers(dest="cluster_action", metavar="ACTION", required=True)
     up = actions.add_parser(
         "up",
-        help="start ZooKeeper, storage nodes and a broker under DATA_DIR",
+        help="start ZooKeeper, storage nodes and brokers under DATA_DIR",
         description="Start a cluster on this machine: ZooKeeper, N storage nodes and a broker "
         "(ports default to Pulsar's, Kafka's and BookKeeper's: 2181, 3181+, 6650, 8080, 9092).",
     )
     up.add_argument("--data-dir", required=True, help="where every process keeps its data")
     up.add_argument("--storage-nodes", type=int, default=3, help="how many (default 3)")
-    up.add_argument("--brokers", type=int, default=1, help="how many (only 1 for now)")
+    up.add_argument("--brokers", type=int, default=1, help="how many (broker i: every port + i)")
     up.add_argument("--zookeeper-port", type=int, default=2181)
     up.add_argument("--storage-port", type=int, default=3181, help="first node's port")
     up.add_argument("--pulsar-port", type=int, default=6650)
@@ -122,10 +122,10 @@ def _wait_ready(proc: subprocess.Popen[bytes], log: Path, line: str) -> str:
 
 def _up(args: argparse.Namespace) -> int:
     data = Path(args.data_dir).resolve()
-    if args.brokers != 1:
+    if args.brokers < 1 or args.storage_nodes < args.ensemble_size:
         raise ClusterCommandError(
-            "one broker per cluster for now: several brokers need topic ownership "
-            "(docs/cluster-protocol.md, 'Brokers'), which is not built yet"
+            f"need at least one broker and at least --ensemble-size ({args.ensemble_size}) "
+            f"storage nodes, got {args.brokers} broker(s), {args.storage_nodes} node(s)"
         )
     if _state_file(data).exists() and any(
         _alive(p["pid"]) for p in _processes(json.loads(_state_file(data).read_text()))
@@ -155,7 +155,7 @@ def _up(args: argparse.Namespace) -> int:
                     "--port",
                     str(port),
                     "--flight-port",
-                    str(args.flight_port + 1 + i),
+                    str(args.flight_port + args.brokers + i),
                     "--metadata-url",
                     url,
                 ],
@@ -164,44 +164,50 @@ def _up(args: argparse.Namespace) -> int:
             state["nodes"].append({"pid": proc.pid, "port": port})
             _wait_ready(proc, log, "magnetar storage-node ready")
             print(f"storage node 127.0.0.1:{port} (pid {proc.pid}, log {log})", flush=True)
-        log = logs / "broker-0.log"
-        proc = _spawn(
-            [
-                "broker",
-                "--data-dir",
-                str(data / "broker-0"),
-                "--metadata-url",
-                url,
-                "--pulsar-port",
-                str(args.pulsar_port),
-                "--http-port",
-                str(args.http_port),
-                "--kafka-port",
-                str(args.kafka_port),
-                "--flight-port",
-                str(args.flight_port),
-                "--ensemble-size",
-                str(args.ensemble_size),
-                "--write-quorum",
-                str(args.write_quorum),
-                "--ack-quorum",
-                str(args.ack_quorum),
-            ],
-            log,
-        )
-        state["brokers"].append({"pid": proc.pid})
-        _wait_ready(proc, log, "magnetar broker ready")
+        urls = []
+        for b in range(args.brokers):
+            log = logs / f"broker-{b}.log"
+            proc = _spawn(
+                [
+                    "broker",
+                    "--data-dir",
+                    str(data / f"broker-{b}"),
+                    "--metadata-url",
+                    url,
+                    "--pulsar-port",
+                    str(args.pulsar_port + b),
+                    "--http-port",
+                    str(args.http_port + b),
+                    "--kafka-port",
+                    str(args.kafka_port + b),
+                    "--flight-port",
+                    str(args.flight_port + b),
+                    "--ensemble-size",
+                    str(args.ensemble_size),
+                    "--write-quorum",
+                    str(args.write_quorum),
+                    "--ack-quorum",
+                    str(args.ack_quorum),
+                ],
+                log,
+            )
+            state["brokers"].append({"pid": proc.pid})
+            _wait_ready(proc, log, "magnetar broker ready")
+            urls.append(b)
+            print(
+                f"broker      pulsar://127.0.0.1:{args.pulsar_port + b}  "
+                f"kafka 127.0.0.1:{args.kafka_port + b}  http://127.0.0.1:{args.http_port + b} "
+                f"(pid {proc.pid}, log {log})",
+                flush=True,
+            )
     except BaseException:
         _stop(state)
         raise
     finally:
         _state_file(data).write_text(json.dumps(state, indent=2))
-    print(
-        f"broker      pulsar://127.0.0.1:{args.pulsar_port}  "
-        f"kafka 127.0.0.1:{args.kafka_port}  http://127.0.0.1:{args.http_port} "
-        f"(pid {proc.pid}, log {log})",
-        flush=True,
-    )
+    pulsar = ",".join(f"127.0.0.1:{args.pulsar_port + b}" for b in urls)
+    kafka = ",".join(f"127.0.0.1:{args.kafka_port + b}" for b in urls)
+    print(f"service URL pulsar://{pulsar}  bootstrap servers {kafka}", flush=True)
     print(f"stop it with: magnetar cluster down --data-dir {data}", flush=True)
     return 0
 
