@@ -351,7 +351,11 @@ class _Partition:
         """Append a fresh OPEN ledger on E writable nodes (durable in metadata)."""
         e, qw, qa = await self.store.quorum_for(self.name)
         nodes = self.store.nodes.writable()
-        if len(nodes) < e:
+        # Like Pulsar's managed ledger, wait a while for nodes (one may be restarting)
+        # before failing the appends that need the new ledger.
+        deadline = self.store.clock.monotonic() + self.store.settings.add_timeout_ms / 1000
+        while len(nodes) < e and self.store.clock.monotonic() < deadline:
+            await asyncio.sleep(0.2)
             await self.store.nodes.refresh()
             nodes = self.store.nodes.writable()
         if len(nodes) < e:

@@ -442,3 +442,53 @@ def _metrics(http_url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], flo
         for family in text_string_to_metric_families(text)
         for s in family.samples
     }
+
+
+def test_one_node_of_three_dies_writes_go_around_it_and_a_new_node_restores_qw(
+    cluster: Cluster,
+) -> None:
+    """The issue's case: E=Qw=3, Qa=2 on exactly three nodes. One is killed mid-stream:
+    with no spare, publishes go on with two copies (Qa); a new node joins: the writer moves
+    its ensemble to it, and re-replication brings the closed ledgers back to three copies."""
+    for _ in range(3):
+        cluster.add_node()
+    b = cluster.add_broker(
+        "--ensemble-size", "3", "--write-quorum", "3", "--ack-quorum", "2",
+        "--rereplication-grace-s", "1", "--segment-max-bytes", "200000",
+    )  # fmt: skip
+    # While only two nodes live, a rollover cannot get a 3-node ledger: those publishes fail
+    # and the client resends its whole pending window, some of it already stored (as in
+    # Pulsar). Deduplication is what turns that at-least-once into exactly-once.
+    _dedup_on(b.http_url)
+    pub = Publisher(b.pulsar_url, TOPIC).start()
+    wait_for(lambda: len(pub.acked) >= 1000, 60, "1000 acknowledged messages")
+    victim = cluster.nodes[0]
+    victim.kill()
+    before = len(pub.acked)
+    wait_for(lambda: len(pub.acked) >= before + 1000, 60, "publishes going on around it")
+    fresh = cluster.add_node()
+    before = len(pub.acked)
+    wait_for(lambda: len(pub.acked) >= before + 3000, 60, "publishes after the new node")
+    pub.stop()
+    assert not pub.failed
+    open_ledger = cluster.ledgers(TOPIC)[-1]
+    assert fresh.node_id in open_ledger["ensembles"][-1][1]
+
+    def restored() -> bool:
+        return not any(
+            victim.node_id in ns
+            for lg in cluster.ledgers(TOPIC)
+            if lg["info"]["state"] == "CLOSED"
+            for _, ns in lg["ensembles"]
+        )
+
+    wait_for(restored, 90, "closed ledgers back at three copies")  # session 10 s + grace
+    check_history(read_all(b.pulsar_url, TOPIC, len(pub.acked)), pub.acked)
+    pub.close()
+
+
+def _dedup_on(http_url: str) -> None:
+    import requests
+
+    path = f"{http_url}/admin/v2/namespaces/public/default/deduplication"
+    assert requests.post(path, json=True).status_code == 204
