@@ -8,6 +8,7 @@ Pulsar's admin API does; a refused call changes nothing.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from aiohttp import web
 
@@ -17,6 +18,7 @@ from magnetar.broker import errors as be
 from magnetar.broker.admin import PreconditionFailedError, TopicAdmin
 from magnetar.broker.offload import OffloadService
 from magnetar.core.errors import InvalidNameError, MagnetarError
+from magnetar.core.names import TopicName
 from magnetar.http import messages, reading, tenants, topics
 from magnetar.http.broker_metrics import BrokerMetrics
 from magnetar.http.console import console_routes
@@ -55,6 +57,29 @@ async def errors_as_json(request: web.Request, handler: Handler) -> web.StreamRe
         if e.status >= 400:
             return web.json_response({"reason": e.reason}, status=e.status)
         raise
+
+
+def redirect_to_owner(broker: Broker) -> Any:
+    """Admin calls on a topic another broker owns answer 307 to that broker (Pulsar's
+    behaviour with several brokers); a topic nobody owns is served, and so taken, here."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        ownership = broker.ownership
+        parts = request.path.split("/")
+        # /admin/v2/persistent/{tenant}/{namespace}/{topic}[/...]
+        if ownership is None or len(parts) < 7 or parts[1:4] != ["admin", "v2", "persistent"]:
+            return await handler(request)
+        try:
+            name = TopicName.parse(f"persistent://{parts[4]}/{parts[5]}/{parts[6]}")
+        except MagnetarError:
+            return await handler(request)
+        owner = await ownership.owner(name)
+        if owner is None or owner.id == ownership.me.id:
+            return await handler(request)
+        raise web.HTTPTemporaryRedirect(f"{owner.http}{request.path_qs}")
+
+    return middleware
 
 
 class HttpServer:
@@ -103,7 +128,7 @@ class HttpServer:
         return table + self.extra_routes
 
     def build_app(self) -> web.Application:
-        app = web.Application(middlewares=[errors_as_json])
+        app = web.Application(middlewares=[errors_as_json, redirect_to_owner(self.broker)])
         table = self.routes()
         spec = openapi(table, __version__)
 

@@ -55,6 +55,11 @@ def test_one_owner_per_topic_and_failover_loses_nothing(two_brokers: Cluster) ->
         assert owner_url == _owner(second.http_url, TOPIC), "two brokers disagree on the owner"
         owner = first if owner_url == first.pulsar_url else second
         survivor = second if owner is first else first
+        stats = f"/admin/v2/persistent/{TOPIC.removeprefix('persistent://')}/stats"
+        moved = requests.get(f"{survivor.http_url}{stats}", allow_redirects=False)
+        assert moved.status_code == 307
+        assert moved.headers["Location"] == f"{owner.http_url}{stats}"
+        assert requests.get(f"{survivor.http_url}{stats}").json()["msgInCounter"] > 0
         owner.kill()
         killed_at, first_after = time.monotonic(), pub.sent + 1000  # beyond any queued send
         wait_for(lambda: pub.acked_from(first_after), 60, "publishing to resume elsewhere")
