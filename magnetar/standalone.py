@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
-from aiohttp import web
+from aiohttp import ClientSession, web
 
 from magnetar.broker import Broker, BrokerSettings
 from magnetar.broker.offload import OffloadService
@@ -213,7 +213,43 @@ def _broker_routes(broker: Broker) -> list[Route]:
     async def owned(_request: web.Request) -> web.Response:
         return ok(broker.ownership.describe() if broker.ownership else {"bundles": []})
 
+    async def bundles(request: web.Request) -> web.Response:
+        t, n = request.match_info["tenant"], request.match_info["namespace"]
+        await broker.namespaces.policies(t, n)  # 404 for an unknown namespace
+        if broker.ownership is None:
+            return ok({"numBundles": 1, "bundles": {"0x00000000_0xffffffff": request.host}})
+        owners = {}
+        for b in broker.ownership.bundles(t, n):
+            node = await broker.meta.get(f"/bundles/{t}/{n}/{b}")
+            owners[b] = BrokerInfo.from_bytes(node.value).id if node and node.value else None
+        return ok({"numBundles": len(owners), "bundles": owners})
+
+    async def unload(request: web.Request) -> web.Response:
+        t, n = request.match_info["tenant"], request.match_info["namespace"]
+        await broker.namespaces.policies(t, n)
+        bundle = request.match_info.get("bundle")
+        if broker.ownership is not None and bundle is None:  # the others unload theirs
+            for b in broker.ownership.bundles(t, n):
+                node = await broker.meta.get(f"/bundles/{t}/{n}/{b}")
+                owner = BrokerInfo.from_bytes(node.value) if node and node.value else None
+                if owner is not None and owner.id != broker.ownership.me.id:
+                    async with ClientSession() as http:
+                        url = f"{owner.http}/admin/v2/namespaces/{t}/{n}/{b}/unload"
+                        async with http.put(url) as answer:
+                            answer.raise_for_status()
+        elif broker.ownership is not None and bundle is not None:
+            node = await broker.meta.get(f"/bundles/{t}/{n}/{bundle}")
+            owner = BrokerInfo.from_bytes(node.value) if node and node.value else None
+            if owner is not None and owner.id != broker.ownership.me.id:
+                raise web.HTTPTemporaryRedirect(f"{owner.http}{request.path_qs}")
+        await broker.unload_namespace(t, n, bundle)
+        return web.Response(status=204)
+
+    ns = "/admin/v2/namespaces/{tenant}/{namespace}"
     return [
+        Route("GET", ns + "/bundles", bundles, "Bundles and their owners"),
+        Route("PUT", ns + "/unload", unload, "Hand every bundle to the next lookup"),
+        Route("PUT", ns + "/{bundle}/unload", unload, "Hand one bundle to the next lookup"),
         Route("GET", "/admin/v2/brokers", listing, "Live brokers"),
         Route("GET", "/admin/v2/brokers/{cluster}", listing, "Live brokers of a cluster"),
         Route("GET", "/admin/v2/broker-stats/ownership", owned, "Bundles this broker owns"),

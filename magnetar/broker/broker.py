@@ -226,6 +226,36 @@ class Broker:
         names = await self.meta.list_children(f"/admin/topics/{tenant}/{namespace}")
         return [f"persistent://{tenant}/{namespace}/{n}" for n in names]
 
+    async def unload_namespace(self, tenant: str, namespace: str, bundle: str | None) -> int:
+        """Hand a namespace's bundles (or one) back gracefully: clients are told to go, the
+        topics' cursors and ledgers are closed, then the bundle nodes are deleted; the next
+        lookup places each bundle again. Returns the number of topics unloaded."""
+        ownership = self.ownership
+        if ownership is None:
+            raise InvalidRequestError("unloading needs several brokers (a ZooKeeper cluster)")
+        prefix = f"/bundles/{tenant}/{namespace}/"
+        paths = [
+            p
+            for p in ownership.owned
+            if p.startswith(prefix) and (bundle is None or p == prefix + bundle)
+        ]
+        ownership.unloading.update(paths)
+        try:
+            count = 0
+            for key, topic in list(self.topics.items()):
+                if ownership.bundle_path(topic.name) not in paths:
+                    continue
+                topic.disconnect_all()
+                del self.topics[key]
+                await topic.aclose()
+                await topic.ledger.unload()
+                count += 1
+            for path in paths:
+                await ownership.release(path)
+            return count
+        finally:
+            ownership.unloading.difference_update(paths)
+
     def ownership_lost(self) -> None:
         """The ZooKeeper session is gone: stop serving every topic now (another broker may
         own them soon); the ledgers are left as they are, for their next owner to recover."""

@@ -80,6 +80,7 @@ class Ownership:
         self.me = me
         self.on_lost = on_lost
         self.owned: set[str] = set()  # bundle paths this broker holds
+        self.unloading: set[str] = set()  # being handed back: lookups wait, nothing loads
         self._lock = asyncio.Lock()
         self._stop_session: Callable[[], None] | None = None
 
@@ -139,6 +140,8 @@ class Ownership:
         """(broker, True) when that broker owns ``name``; (broker, False) when nobody does
         and that other broker should take it (send the client there, authoritatively). An
         unowned topic whose choice is this broker, or an authoritative lookup, takes it."""
+        if self.bundle_path(name) in self.unloading:
+            raise NotOwnerError(f"the bundle of {name} is being unloaded; look it up again")
         owner = await self.owner(name)
         if owner is not None:
             return owner, True
@@ -186,7 +189,10 @@ class Ownership:
 
     async def check(self, name: TopicName) -> None:
         """Raise NotOwnerError unless this broker owns ``name`` (taking it when unowned)."""
-        if self.bundle_path(name) in self.owned:
+        path = self.bundle_path(name)
+        if path in self.unloading:
+            raise NotOwnerError(f"the bundle of {name} is being unloaded; look it up again")
+        if path in self.owned:
             return
         owner = await self.acquire(name)
         if owner.id != self.me.id:
@@ -194,6 +200,20 @@ class Ownership:
 
     def owns(self, name: TopicName) -> bool:
         return self.bundle_path(name) in self.owned
+
+    def bundles(self, tenant: str, namespace: str) -> list[str]:
+        """The bundle ranges of a namespace (Pulsar's boundaries, as ranges)."""
+        size = FULL // BUNDLE_COUNT
+        return [
+            f"0x{i * size:08x}_0x{(FULL if i == BUNDLE_COUNT - 1 else (i + 1) * size):08x}"
+            for i in range(BUNDLE_COUNT)
+        ]
+
+    async def release(self, path: str) -> None:
+        """Give one bundle back (after its topics were unloaded)."""
+        with contextlib.suppress(NotFoundError):
+            await self.meta.delete(path)
+        self.owned.discard(path)
 
     async def release_all(self) -> None:
         """Graceful shutdown: give every bundle back (the next lookup moves it)."""

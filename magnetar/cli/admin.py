@@ -119,6 +119,18 @@ NAMESPACES: list[tuple[str, str, list[tuple[list[str], dict[str, Any]]], Action]
     ("policies", "show all policies", _NS, lambda a, r: r.call("GET", _ns(a))),
     ("topics", "list topics", _NS, lambda a, r: r.call("GET", _ns(a, "/topics"))),
     (
+        "bundles",
+        "the namespace's bundles and which broker owns each",
+        _NS,
+        lambda a, r: r.call("GET", _ns(a, "/bundles")),
+    ),
+    (
+        "unload",
+        "hand the namespace's bundles (or one: --bundle RANGE) to the next lookup",
+        [*_NS, (["--bundle", "-b"], {"help": "e.g. 0x00000000_0x40000000"})],
+        lambda a, r: r.call("PUT", _ns(a, f"/{a.bundle}/unload" if a.bundle else "/unload")),
+    ),
+    (
         "set-retention",
         "keep acknowledged messages for a time and/or size (-1: unlimited)",
         [

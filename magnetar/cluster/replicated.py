@@ -511,6 +511,17 @@ class ReplicatedStorage:
             with contextlib.suppress(Exception):
                 await self.meta.delete(part.path)
 
+    async def unload(self, name: str) -> None:
+        """Close ``name``'s open ledger at its end and forget it: the next owner opens it
+        without recovery."""
+        part = self._parts.get(name)
+        if part is None:
+            return
+        async with part.lock:
+            if part.writer is not None and part.writer.failed is None:
+                await part.close_open()
+            self._parts.pop(name, None)
+
     def release(self, name: str) -> None:
         """Forget ``name`` (ownership lost): its writer fails what is in flight, nothing is
         closed — the next owner fences and recovers the open ledger."""

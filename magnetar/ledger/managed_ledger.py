@@ -68,6 +68,10 @@ class LedgerStorage(Protocol):
 
     def end_offset(self, name: str) -> int: ...
 
+    async def unload(self, name: str) -> None:
+        """Close the partition's open segment and forget it (a graceful hand-over)."""
+        ...
+
     def release(self, name: str) -> None:
         """Forget the partition without closing it: its next writer (another broker) will
         recover it. Nothing more is written through this process."""
@@ -440,6 +444,10 @@ class ManagedLedger:
 
     def segments(self) -> list[SegmentInfo]:
         return self.storage.segments(self.name)
+
+    async def unload(self) -> None:
+        """This broker hands the partition over: its open segment is closed first."""
+        await self.storage.unload(self.name)
 
     def release(self) -> None:
         """This broker stops writing the partition (it lost ownership); see LedgerStorage."""

@@ -274,6 +274,9 @@ class StorageEngine:
         """The first offset still stored."""
         return self._part(name).start_offset
 
+    async def unload(self, name: str) -> None:
+        """Nothing to do: one process serves its local partitions for its whole life."""
+
     def release(self, name: str) -> None:
         """Nothing to do: one process owns its local partitions for its whole life."""
 

@@ -179,3 +179,39 @@ def test_kafka_clients_follow_partition_leaders_across_brokers(two_brokers: Clus
         assert sorted(seen) == sorted(v for _, v in acked)
     finally:
         cluster.stop()
+
+
+def test_unloading_a_namespace_under_load_hands_topics_over_cleanly(two_brokers: Cluster) -> None:
+    import subprocess
+    import sys
+
+    from magnetar.testing.server import REPO
+
+    cluster = two_brokers
+    try:
+        first, second = cluster.brokers
+        path = f"{first.http_url}/admin/v2/namespaces/public/default"
+        assert requests.post(f"{path}/deduplication", json=True).status_code == 204
+        service = f"{first.pulsar_url},{second.pulsar_url}".replace(",pulsar://", ",")
+        pub = Publisher(service, TOPIC).start()
+        wait_for(lambda: len(pub.acked) >= 2000, 60, "2000 acknowledged messages")
+        owners = requests.get(f"{path}/bundles").json()
+        assert owners["numBundles"] == 4 and any(owners["bundles"].values())
+        for _ in range(3):  # each time the bundle goes back to whichever lookup takes it
+            out = subprocess.run(
+                [sys.executable, "-m", "magnetar.cli", "admin", "--url", second.http_url,
+                 "namespaces", "unload", "public/default"],
+                capture_output=True, text=True, cwd=REPO, timeout=60,
+            )  # fmt: skip
+            assert out.returncode == 0, out.stderr
+            goal = len(pub.acked) + 1000
+            wait_for(lambda g=goal: len(pub.acked) >= g, 60, "publishing after the unload")
+        pub.stop()
+        assert not pub.failed, f"{len(pub.failed)} publishes failed across unloads"
+        got = read_all(service, TOPIC, len(pub.acked))
+        check_history(got, pub.acked)
+        pub.close()
+        closed = [lg for lg in cluster.ledgers(TOPIC) if lg["info"]["state"] == "CLOSED"]
+        assert len(closed) >= 3, "each unload closes the ledger for the next owner"
+    finally:
+        cluster.stop()
