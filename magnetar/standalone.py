@@ -27,12 +27,13 @@ from magnetar.core.errors import MagnetarError
 from magnetar.core.ports import check_free, listening
 from magnetar.http.cluster_metrics import cluster_metrics
 from magnetar.http.metrics import MetricSource, storage_metrics
-from magnetar.http.routes import Route, ok
+from magnetar.http.routes import Route, json_body, ok
 from magnetar.http.server import HttpServer
 from magnetar.ledger import LedgerFactory
 from magnetar.meta import MetadataStore, open_metadata_store
 from magnetar.meta.counters import reserve_block
 from magnetar.protocols.flight.server import BulkReadServer
+from magnetar.protocols.kafka.groups import offsets_here
 from magnetar.protocols.kafka.metrics import kafka_metrics
 from magnetar.protocols.kafka.server import KafkaServer
 from magnetar.protocols.kafka.service import KafkaSettings
@@ -128,6 +129,7 @@ class Standalone:
             node.http.metric_sources += _metric_sources(node)
             node.http.extra_routes += _storage_node_routes(storage)
             node.http.extra_routes += _broker_routes(broker)
+            node.http.extra_routes += _kafka_offset_routes(node.kafka)
             await listening("http_port", host, settings.http_port, node.http.start())
             await node.views.start(f"http://{_local(settings.bind_address)}:{node.http.port}")
             node.retention = RetentionService(broker, interval=settings.retention_check_interval)
@@ -199,6 +201,16 @@ async def _kafka_node_id(s: Settings, meta: MetadataStore) -> int:
     node = await reserve_block(meta, "/counters/kafka-node-id", 1)
     path.write_text(f"{node}\n")
     return node
+
+
+def _kafka_offset_routes(kafka: KafkaServer) -> list[Route]:
+    """``POST /magnetar/v1/kafka/offsets``: a group coordinator on another broker commits
+    or fetches a group's offset on a partition this broker serves."""
+
+    async def offsets(request: web.Request) -> web.Response:
+        return ok(await offsets_here(kafka.service, await json_body(request)))
+
+    return [Route("POST", "/magnetar/v1/kafka/offsets", offsets, "Group offsets (brokers)")]
 
 
 def _broker_routes(broker: Broker) -> list[Route]:

@@ -215,3 +215,69 @@ def test_unloading_a_namespace_under_load_hands_topics_over_cleanly(two_brokers:
         assert len(closed) >= 3, "each unload closes the ledger for the next owner"
     finally:
         cluster.stop()
+
+
+def test_a_kafka_group_across_two_brokers_survives_one_dying(two_brokers: Cluster) -> None:
+    """Three consumers of one group over two brokers: every message is consumed, and the
+    group's committed offsets never go backwards, also when a broker (perhaps the
+    coordinator, perhaps a partition owner) is killed and the group moves."""
+    import threading
+
+    import confluent_kafka
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    cluster = two_brokers
+    try:
+        first, second = cluster.brokers
+        bootstrap = f"127.0.0.1:{first.kafka_port},127.0.0.1:{second.kafka_port}"
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic("grouped", num_partitions=6)])["grouped"].result(30)
+        producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+        sent = [f"g-{i:05d}".encode() for i in range(3000)]
+        for value in sent:
+            producer.produce("grouped", value)
+            producer.poll(0)
+        assert producer.flush(60) == 0
+        seen: set[bytes] = set()
+        commits: dict[int, list[int]] = {}
+        stop = threading.Event()
+        lock = threading.Lock()
+
+        def consume(n: int) -> None:
+            c = confluent_kafka.Consumer(
+                {"bootstrap.servers": bootstrap, "group.id": "three",
+                 "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                 "session.timeout.ms": 6000, "client.id": f"c{n}"}
+            )  # fmt: skip
+            c.subscribe(["grouped"])
+            while not stop.is_set():
+                msg = c.poll(0.5)
+                if msg is None or msg.error() is not None:
+                    continue
+                with lock:
+                    seen.add(msg.value())
+                try:
+                    done = c.commit(message=msg, asynchronous=False)
+                except confluent_kafka.KafkaException:
+                    continue  # a rebalance or a moved coordinator: the next commit covers it
+                with lock:
+                    for tp in done or []:
+                        if tp.error is None:
+                            commits.setdefault(tp.partition, []).append(tp.offset)
+            c.close()
+
+        threads = [threading.Thread(target=consume, args=(n,), daemon=True) for n in range(3)]
+        for t in threads:
+            t.start()
+        wait_for(lambda: len(seen) >= 1000, 90, "1000 messages consumed by the group")
+        second.kill()
+        wait_for(lambda: len(seen) >= len(sent), 120, "every message consumed")
+        stop.set()
+        for t in threads:
+            t.join(30)
+        assert seen == set(sent)
+        assert sorted(commits) == list(range(6)), "some partitions never had a commit stored"
+        for partition, offsets in commits.items():
+            assert offsets == sorted(offsets), f"partition {partition} committed backwards"
+    finally:
+        cluster.stop()

@@ -12,10 +12,16 @@ answers it.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+from types import SimpleNamespace
 from typing import Any
 
+import aiohttp
+
 from magnetar.broker import SubType
+from magnetar.broker.ownership import NotOwnerError
 from magnetar.core.errors import MagnetarError
+from magnetar.core.names import TopicName
 from magnetar.protocols.kafka.coordinator import Group
 from magnetar.protocols.kafka.errors import ErrorCode, GroupError, error_code_of
 from magnetar.protocols.kafka.service import Service, Session
@@ -36,13 +42,42 @@ async def find_coordinator(svc: Service, session: Session, req: Request) -> Resp
             "host": "",
             "port": -1,
         }
-    return {"error_code": 0, "node_id": s.node_id, "host": s.advertised_host, "port": s.port}
+    ownership = svc.broker.ownership
+    if ownership is None:
+        return {"error_code": 0, "node_id": s.node_id, "host": s.advertised_host, "port": s.port}
+    try:
+        owner, _ = await ownership.lookup(_group_topic(svc, req.body.key))
+    except MagnetarError:
+        return {"error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE, "node_id": -1, "host": "",
+                "port": -1}  # fmt: skip
+    host, _, port = owner.kafka.rpartition(":")
+    return {"error_code": 0, "node_id": owner.kafka_node, "host": host, "port": int(port)}
+
+
+def _group_topic(svc: Service, group: str) -> TopicName:
+    """The name whose bundle's owner coordinates ``group`` (several brokers)."""
+    digest = hashlib.sha1(group.encode()).hexdigest()[:20]
+    return svc.topics.name(f"__group-{digest}")
+
+
+async def _not_coordinator(svc: Service, group: str) -> bool:
+    """True when another broker coordinates ``group`` (answer NOT_COORDINATOR)."""
+    ownership = svc.broker.ownership
+    if ownership is None:
+        return False
+    try:
+        await ownership.check(_group_topic(svc, group))
+    except MagnetarError:
+        return True
+    return False
 
 
 async def join_group(svc: Service, session: Session, req: Request) -> Response:
     b = req.body
     rebalance_ms = b.rebalance_timeout_ms if req.api_version >= 1 else b.session_timeout_ms
     try:
+        if await _not_coordinator(svc, b.group_id):
+            raise GroupError(ErrorCode.NOT_COORDINATOR, "another broker coordinates it")
         result = await svc.groups.join(
             b.group_id,
             b.member_id,
@@ -75,6 +110,8 @@ async def join_group(svc: Service, session: Session, req: Request) -> Response:
 async def sync_group(svc: Service, session: Session, req: Request) -> Response:
     b = req.body
     assignments = {a.member_id: bytes(a.assignment) for a in b.assignments or []}
+    if await _not_coordinator(svc, b.group_id):
+        return {"error_code": ErrorCode.NOT_COORDINATOR, "assignment": b""}
     try:
         mine = await svc.groups.sync(b.group_id, b.generation_id, b.member_id, assignments)
     except GroupError as e:
@@ -84,6 +121,8 @@ async def sync_group(svc: Service, session: Session, req: Request) -> Response:
 
 async def heartbeat(svc: Service, session: Session, req: Request) -> Response:
     b = req.body
+    if await _not_coordinator(svc, b.group_id):
+        return {"error_code": ErrorCode.NOT_COORDINATOR}
     try:
         svc.groups.heartbeat(b.group_id, b.generation_id, b.member_id)
     except GroupError as e:
@@ -92,6 +131,8 @@ async def heartbeat(svc: Service, session: Session, req: Request) -> Response:
 
 
 async def leave_group(svc: Service, session: Session, req: Request) -> Response:
+    if await _not_coordinator(svc, req.body.group_id):
+        return {"error_code": ErrorCode.NOT_COORDINATOR}
     try:
         svc.groups.leave(req.body.group_id, req.body.member_id)
     except GroupError as e:
@@ -110,6 +151,8 @@ async def offset_commit(svc: Service, session: Session, req: Request) -> Respons
         svc.groups.check_commit(b.group_id, b.generation_id_or_member_epoch, b.member_id)
     except GroupError as e:
         group_error = e.wire_code
+    if await _not_coordinator(svc, b.group_id):
+        group_error = ErrorCode.NOT_COORDINATOR
     topics = []
     for t in b.topics:
         jobs = [_commit(svc, b.group_id, t.name, p, group_error) for p in t.partitions]
@@ -132,7 +175,12 @@ async def _commit(svc: Service, group: str, topic: str, p: Any, refused: ErrorCo
     if metadata is not None and len(metadata.encode()) > MAX_COMMIT_METADATA:
         return ErrorCode.OFFSET_METADATA_TOO_LARGE
     try:
-        part = await svc.topics.partition(topic, p.partition_index)
+        try:
+            part = await svc.topics.partition(topic, p.partition_index)
+        except NotOwnerError:  # another broker serves the partition: it stores the commit
+            code, _, _ = await _at_owner(svc, "commit", group, topic, p.partition_index,
+                                         offset, metadata)  # fmt: skip
+            return code
         sub = await part.subscription(group, SubType.FAILOVER, durable=True, start=offset)
         if sub.store is not None:
             sub.store.metadata = metadata  # written by the seek's flush, with the position
@@ -172,6 +220,9 @@ async def _committed(
     """(offset, metadata, error) of the group's commit on one partition."""
     try:
         part = await svc.topics.partition(topic, index)
+    except NotOwnerError:
+        code, offset, metadata = await _at_owner(svc, "fetch", group, topic, index, -1, None)
+        return offset, metadata or "", code
     except MagnetarError as e:
         code = error_code_of(e)
         unknown = code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -181,6 +232,48 @@ async def _committed(
         return NO_OFFSET, "", ErrorCode.NONE
     metadata = sub.store.metadata if sub.store is not None else None
     return sub.cursor.mark_delete, metadata or "", ErrorCode.NONE
+
+
+async def _at_owner(
+    svc: Service,
+    op: str,
+    group: str,
+    topic: str,
+    index: int,
+    offset: int,
+    metadata: str | None,
+) -> tuple[ErrorCode, int, str | None]:
+    """Commit or fetch a group's offset at the broker serving the partition (its cursor
+    lives there): the coordinator's request to ``POST /magnetar/v1/kafka/offsets``."""
+    ownership = svc.broker.ownership
+    assert ownership is not None
+    owner = await ownership.owner(await svc.topics.partition_name(topic, index))
+    if owner is None or owner.id == ownership.me.id:
+        return ErrorCode.NOT_LEADER_OR_FOLLOWER, NO_OFFSET, None
+    body = {"op": op, "group": group, "topic": topic, "partition": index, "offset": offset,
+            "metadata": metadata}  # fmt: skip
+    try:
+        url = f"{owner.http}/magnetar/v1/kafka/offsets"
+        async with aiohttp.ClientSession() as http, http.post(url, json=body) as r:
+            answer = await r.json()
+    except (aiohttp.ClientError, ValueError):
+        return ErrorCode.NOT_LEADER_OR_FOLLOWER, NO_OFFSET, None
+    return ErrorCode(answer["errorCode"]), answer["offset"], answer["metadata"]
+
+
+async def offsets_here(svc: Service, body: dict[str, Any]) -> dict[str, Any]:
+    """Serve :func:`_at_owner` on the broker that owns the partition."""
+    group, topic, index = str(body["group"]), str(body["topic"]), int(body["partition"])
+    if body["op"] == "commit":
+        p = SimpleNamespace(
+            partition_index=index,
+            committed_offset=int(body["offset"]),
+            committed_metadata=body.get("metadata"),
+        )
+        code = await _commit(svc, group, topic, p, ErrorCode.NONE)
+        return {"errorCode": int(code), "offset": NO_OFFSET, "metadata": None}
+    offset, metadata, code = await _committed(svc, group, topic, index)
+    return {"errorCode": int(code), "offset": offset, "metadata": metadata}
 
 
 async def _committed_partitions(svc: Service, group: str) -> list[tuple[str, list[int]]]:

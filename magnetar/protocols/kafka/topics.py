@@ -46,6 +46,11 @@ class KafkaTopics:
         name = self._names.get((topic, index))
         return self.broker.topics.get(str(name)) if name is not None else None
 
+    async def partition_name(self, topic: str, index: int) -> TopicName:
+        """The Magnetar name behind Kafka partition (topic, index), without loading it."""
+        name = self.name(topic)
+        return name.partition_name(index) if await self.broker.partitions(name) else name
+
     async def partition(self, topic: str, index: int, *, create: bool = False) -> Topic:
         """The broker topic of Kafka partition (topic, index). UnknownTopicError if absent."""
         found = self.cached(topic, index)
