@@ -217,7 +217,7 @@ class Broker:
             await dedup.load(topic.ledger)
             topic.dedup = dedup
         elif not enabled and topic.dedup is not None:
-            await topic.dedup.snapshot(topic.ledger.end_offset)
+            await topic.dedup.snapshot()
             topic.dedup = None
 
     async def list_topics(self, tenant: str, namespace: str) -> list[str]:
@@ -245,8 +245,8 @@ class Broker:
             for key, topic in list(self.topics.items()):
                 if ownership.bundle_path(topic.name) not in paths:
                     continue
-                topic.disconnect_all()
                 del self.topics[key]
+                await topic.fence()
                 await topic.aclose()
                 await topic.ledger.unload()
                 count += 1
@@ -260,6 +260,7 @@ class Broker:
         """The ZooKeeper session is gone: stop serving every topic now (another broker may
         own them soon); the ledgers are left as they are, for their next owner to recover."""
         for key, topic in list(self.topics.items()):
+            topic.fenced = True
             topic.disconnect_all()
             topic.ledger.release()
             del self.topics[key]
@@ -268,5 +269,6 @@ class Broker:
         self._unwatch()
         self._unwatch_topics()
         for topic in list(self.topics.values()):
+            await topic.fence()  # publishes under way end first: the snapshot holds them
             await topic.aclose()
         self.topics.clear()

@@ -57,6 +57,10 @@ class Deduplication:
         self.failed_ids: dict[str, set[int]] = {}
         self._since_snapshot = 0
         self._snapshot_offset = 0
+        # The end of what ``persisted`` reflects: the end of the ledger when loaded, then
+        # the end of every recorded entry. An append still under way lies beyond it, so a
+        # snapshot never claims an entry whose sequence id it does not hold.
+        self.stored_end = 0
 
     async def load(self, ledger: ManagedLedger) -> None:
         """Rebuild from the snapshot plus every entry stored after it."""
@@ -74,6 +78,7 @@ class Deduplication:
                 if entry.format == formats.PULSAR:
                     self._record(formats.sequence_of(entry.format, entry.payload))
             offset = entries[-1].next_offset
+        self.stored_end = max(offset, self._snapshot_offset)
         self.pushed = dict(self.persisted)
 
     def _record(self, seq: formats.Sequence | None) -> None:
@@ -124,10 +129,10 @@ class Deduplication:
     def persisted_up_to(self, producer: str, highest: int, end_offset: int) -> bool:
         """Record a stored entry; True when a snapshot is due."""
         self.persisted[producer] = max(highest, self.persisted.get(producer, -1))
+        self.stored_end = max(self.stored_end, end_offset)
         self._since_snapshot += 1
         if self._since_snapshot >= SNAPSHOT_EVERY:
             self._since_snapshot = 0
-            self._snapshot_offset = end_offset
             return True
         return False
 
@@ -136,9 +141,8 @@ class Deduplication:
         of this producer is stored meanwhile."""
         self.failed_ids.setdefault(producer, set()).add(sequence_id)
 
-    async def snapshot(self, end_offset: int | None = None) -> None:
+    async def snapshot(self) -> None:
         """Persist the state; every entry before the snapshot offset is reflected in it."""
-        if end_offset is not None:
-            self._snapshot_offset = end_offset
+        self._snapshot_offset = max(self._snapshot_offset, self.stored_end)
         body = {"offset": self._snapshot_offset, "producers": self.persisted}
         await self.meta.put(self.path, json.dumps(body).encode())

@@ -75,6 +75,15 @@ class MessageTooLargeError(BrokerError):
     code = "broker.message_too_large"
 
 
+class TopicFencedError(BrokerError):
+    """The topic is being handed to another broker (unloaded): this broker stores nothing
+    more of it. Nothing of the refused request was stored; look the topic up again and
+    retry there (Pulsar's clients do so on their own)."""
+
+    code = "broker.topic_fenced"
+    retriable = True
+
+
 class CursorFencedError(BrokerError):
     """Another owner (a newer broker of the topic) wrote this cursor: this one no longer
     owns the subscription and writes nothing more to it."""

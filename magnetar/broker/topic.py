@@ -16,6 +16,7 @@ from magnetar.broker.errors import (
     ProducerBusyError,
     ProducerFencedError,
     SubscriptionNotFoundError,
+    TopicFencedError,
 )
 from magnetar.broker.subscription import Subscription, SubType, UnackedLimits
 from magnetar.core.entries import Entry
@@ -64,6 +65,14 @@ class Topic:
     unacked_limits: UnackedLimits = field(default_factory=UnackedLimits)
     counters: TopicCounters = field(default_factory=TopicCounters)  # since loaded
     _exclusive_waiters: deque[tuple[Producer, asyncio.Future[None]]] = field(default_factory=deque)
+    # Set when the topic is unloaded: publishes are refused from then on, and the unload
+    # waits for those already under way before it closes the ledger (Pulsar's fencing).
+    fenced: bool = False
+    _publishing: int = 0
+    _idle: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def __post_init__(self) -> None:
+        self._idle.set()
 
     @property
     def cursor_root(self) -> str:
@@ -179,8 +188,34 @@ class Topic:
         for an entry with none (a Kafka batch): only a sequenced entry is ever judged a
         duplicate. With deduplication on, an entry whose sequence id is already stored is
         answered as a duplicate and not stored again; a failure leaves nothing stored and
-        the same call may be retried.
+        the same call may be retried. A fenced topic (being unloaded) refuses with
+        TopicFencedError and stores nothing.
         """
+        if self.fenced:
+            raise TopicFencedError(
+                f"topic {self.name} is moving to another broker; look it up again"
+            )
+        self._publishing += 1
+        self._idle.clear()
+        try:
+            return await self._publish(
+                producer, payload, count, sequence, publish_time, event_time, fmt
+            )
+        finally:
+            self._publishing -= 1
+            if not self._publishing:
+                self._idle.set()
+
+    async def _publish(
+        self,
+        producer: Producer,
+        payload: bytes,
+        count: int,
+        sequence: tuple[int, int] | None,
+        publish_time: int | None,
+        event_time: int,
+        fmt: int,
+    ) -> PublishResult:
         started = time.perf_counter()
         dedup = self.dedup if sequence is not None else None
         if dedup is None or sequence is None:
@@ -249,6 +284,15 @@ class Topic:
             del self.subscriptions[sub.name]
             await sub.aclose()
 
+    async def fence(self) -> None:
+        """Stop taking writes: publishes are refused from now on, every client is told to
+        go, and this returns once the publishes already under way have ended (stored and
+        answered, or failed). After it the ledger and the deduplication state change no
+        more through this topic: the next owner may take them over."""
+        self.fenced = True
+        self.disconnect_all()
+        await self._idle.wait()
+
     def disconnect_all(self) -> None:
         """Tell every producer and consumer to go (their clients look the topic up again):
         the topic is being unloaded from this broker."""
@@ -261,4 +305,4 @@ class Topic:
         for sub in list(self.subscriptions.values()):
             await sub.aclose()
         if self.dedup is not None:
-            await self.dedup.snapshot(self.ledger.end_offset)
+            await self.dedup.snapshot()

@@ -365,7 +365,7 @@ class _Partition:
                 "start storage nodes and retry"
             )
         ensemble = [n.node_id for n in random.sample(nodes, e)]
-        lid = await self.store.next_ledger_id()
+        lid = await self.store.next_ledger_id(self.ledgers[-1].ledger_id if self.ledgers else 0)
         now = self.store.clock.now_ms()
         info = SegmentInfo(lid, 0, SegmentState.OPEN, self.end, self.end, created_ms=now)
         ledger = Ledger(info, (e, qw, qa), [(0, ensemble)], -1, array.array("q"), array.array("q"))
@@ -469,9 +469,17 @@ class ReplicatedStorage:
                 return chosen
         return self.quorum
 
-    async def next_ledger_id(self) -> int:
+    async def next_ledger_id(self, above: int) -> int:
+        """A ledger id no broker ever had, larger than ``above`` (the partition's last).
+
+        A topic's ledger ids must grow with its offsets: they are the ledger part of Pulsar
+        message ids, which clients compare (a reader drops what sorts before what it has
+        seen). Each broker reserves blocks of ids, so a topic that moves from a broker with a
+        newer block to one with an older block would go backwards: then the older block is
+        dropped and a new one, above every id handed out so far, is reserved.
+        """
         async with self._ids_lock:
-            if not self._ids:
+            if not self._ids or self._ids[-1] <= above:
                 first = await reserve_block(self.meta, LEDGER_IDS, 100) + 1  # ids from 1
                 self._ids = list(range(first + 99, first - 1, -1))
             return self._ids.pop()
@@ -521,6 +529,9 @@ class ReplicatedStorage:
             if part.writer is not None and part.writer.failed is None:
                 await part.close_open()
             self._parts.pop(name, None)
+            # an append that still holds this object must not open a ledger behind the
+            # next owner's back
+            part.fenced = LedgerFencedError(f"{name} was unloaded: another broker serves it")
 
     def release(self, name: str) -> None:
         """Forget ``name`` (ownership lost): its writer fails what is in flight, nothing is

@@ -148,6 +148,7 @@ _BY_MAGNETAR_CODE = {
     "broker.invalid": ErrorCode.INVALID_REQUEST,
     "broker.message_too_large": ErrorCode.MESSAGE_TOO_LARGE,
     "broker.not_owner": ErrorCode.NOT_LEADER_OR_FOLLOWER,  # another broker serves it
+    "broker.topic_fenced": ErrorCode.NOT_LEADER_OR_FOLLOWER,  # moving to another broker
     "storage.offset_out_of_range": ErrorCode.OFFSET_OUT_OF_RANGE,
     "storage.disk_full": ErrorCode.KAFKA_STORAGE_ERROR,
     "storage.write_failed": ErrorCode.KAFKA_STORAGE_ERROR,

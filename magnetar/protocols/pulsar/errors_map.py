@@ -11,6 +11,7 @@ from magnetar.storage import StorageError
 
 _MAP: list[tuple[type[MagnetarError], pb.ServerError]] = [
     (NotOwnerError, pb.ServerError.ServiceNotReady),
+    (be.TopicFencedError, pb.ServerError.ServiceNotReady),
     (be.SubscriptionNotFoundError, pb.ServerError.SubscriptionNotFound),
     (be.SchemaNotFoundError, pb.ServerError.TopicNotFound),
     (be.NotFoundError, pb.ServerError.TopicNotFound),
