@@ -189,6 +189,7 @@ def _me(s: Settings, kafka_node: int) -> BrokerInfo:
         f"http://{host}:{s.http_port}",
         f"{host}:{s.kafka_port}",
         kafka_node,
+        parse_listeners(s.advertised_listeners),
     )
 
 

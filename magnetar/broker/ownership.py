@@ -21,7 +21,7 @@ import json
 import logging
 import zlib
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from magnetar.broker.errors import BrokerError
@@ -53,6 +53,9 @@ class BrokerInfo:
     http: str  # http://host:port
     kafka: str  # host:port
     kafka_node: int = 0  # its Kafka node id (stable: kept in its data directory)
+    # advertised listener name → {"pulsar": url, "pulsar+ssl": url}, as a lookup naming
+    # that listener is answered for topics this broker owns
+    listeners: dict[str, dict[str, str]] = field(default_factory=dict, hash=False)
 
     def to_bytes(self) -> bytes:
         return json.dumps(asdict(self)).encode()
@@ -60,7 +63,10 @@ class BrokerInfo:
     @classmethod
     def from_bytes(cls, data: bytes) -> BrokerInfo:
         d = json.loads(data)
-        return cls(d["id"], d["pulsar"], d["http"], d["kafka"], d.get("kafka_node", 0))
+        return cls(
+            d["id"], d["pulsar"], d["http"], d["kafka"], d.get("kafka_node", 0),
+            d.get("listeners", {}),
+        )  # fmt: skip
 
 
 def bundle_of(name: TopicName, count: int = BUNDLE_COUNT) -> str:

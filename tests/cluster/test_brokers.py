@@ -286,3 +286,41 @@ def test_a_kafka_group_across_two_brokers_survives_one_dying(two_brokers: Cluste
             assert offsets == sorted(offsets), f"partition {partition} committed backwards"
     finally:
         cluster.stop()
+
+
+def test_a_named_listener_is_answered_with_the_owner_address_on_it(
+    zookeeper: ZooKeeperProcess, tmp_path: Path
+) -> None:
+    """Each broker advertises its own "external" listener (and an "internal" one nobody
+    listens on): a lookup naming "external" at a broker that does not own the topic is
+    answered with the owner's external address, so the client reaches the owner through it."""
+    from magnetar.testing.cluster import broker
+    from magnetar.testing.server import free_port
+
+    cluster = Cluster(tmp_path, zookeeper.url(f"/listeners-{uuid.uuid4().hex[:8]}"))
+    try:
+        for _ in range(2):
+            cluster.add_node()
+        for i in range(2):
+            b = broker(tmp_path / f"broker{i}", cluster.url)
+            b.extra_args += [
+                "--advertised-listeners",
+                f"internal:pulsar://127.0.0.1:{free_port()},"
+                f"external:pulsar://127.0.0.1:{b.pulsar_port}",
+            ]
+            cluster.brokers.append(b.start())
+        first, second = cluster.brokers
+        topic = "persistent://public/default/listener-owner"
+        owner = pulsar.Client(second.pulsar_url, operation_timeout_seconds=10)
+        owner.create_producer(topic).send(b"taken by the second broker")
+        assert _owner(first.http_url, topic) == second.pulsar_url
+        client = pulsar.Client(
+            first.pulsar_url, listener_name="external", operation_timeout_seconds=10
+        )
+        client.create_producer(topic).send(b"through the owner's external listener")
+        got = read_all(first.pulsar_url, topic, 2)
+        assert got == [b"taken by the second broker", b"through the owner's external listener"]
+        client.close()
+        owner.close()
+    finally:
+        cluster.stop()

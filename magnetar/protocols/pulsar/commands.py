@@ -81,22 +81,10 @@ class Commands:
 
     async def _on_lookup(self, frame: Frame) -> None:
         cmd = frame.command.lookup_topic
-        await self.broker.policies(self.conn.topic_name(cmd.topic))
+        name = self.conn.topic_name(cmd.topic)
+        await self.broker.policies(name)
         wanted = cmd.advertised_listener_name
-        ownership = self.broker.ownership
-        if ownership is not None and not wanted:
-            name = self.conn.topic_name(cmd.topic)
-            owner, owns = await ownership.lookup(name, authoritative=cmd.authoritative)
-            mine = owner.id == ownership.me.id
-            url = self.conn.server.service_url if mine else owner.pulsar
-            # an owner: connect there; nobody yet: ask there again, authoritatively (it takes it)
-            self.conn.write(responses.lookup_response(cmd.request_id, url, redirect=not owns))
-            return
-        if not wanted:
-            self.conn.write(responses.lookup_response(cmd.request_id, self.conn.server.service_url))
-            return
-        listener = self.conn.server.listeners.get(wanted)
-        if listener is None:
+        if wanted and wanted not in self.conn.server.listeners:
             # Pulsar answers ServiceNotReady "the broker do not have <name> listener", which
             # the C++ client retries until its operation timeout (it gives up at once only
             # for the listener name "test"). NotAllowedError is among the errors it does not
@@ -110,11 +98,20 @@ class Commands:
                 responses.lookup_error(cmd.request_id, pb.ServerError.NotAllowedError, message)
             )
             return
+        url, listeners, owns = self.conn.server.service_url, self.conn.server.listeners, True
+        ownership = self.broker.ownership
+        if ownership is not None:
+            owner, owns = await ownership.lookup(name, authoritative=cmd.authoritative)
+            if owner.id != ownership.me.id:
+                url, listeners = owner.pulsar, owner.listeners
+        tls = None
+        if wanted:  # the owner's address on that listener (brokers of a cluster share names)
+            listener = listeners.get(wanted, {})
+            url, tls = listener.get("pulsar", ""), listener.get("pulsar+ssl")
+        # an owner: connect there; nobody yet: ask there again, authoritatively (it takes it)
         self.conn.write(
             responses.lookup_response(
-                cmd.request_id,
-                listener.get("pulsar", ""),
-                broker_service_url_tls=listener.get("pulsar+ssl"),
+                cmd.request_id, url, redirect=not owns, broker_service_url_tls=tls
             )
         )
 
