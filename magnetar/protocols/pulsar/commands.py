@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from magnetar.broker import AccessMode, Consumer
@@ -98,7 +98,8 @@ class Commands:
                 responses.lookup_error(cmd.request_id, pb.ServerError.NotAllowedError, message)
             )
             return
-        url, listeners, owns = self.conn.server.service_url, self.conn.server.listeners, True
+        url, owns = self.conn.server.service_url, True
+        listeners: Mapping[str, Mapping[str, str]] = self.conn.server.listeners
         ownership = self.broker.ownership
         if ownership is not None:
             owner, owns = await ownership.lookup(name, authoritative=cmd.authoritative)
