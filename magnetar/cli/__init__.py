@@ -113,6 +113,7 @@ _STORAGE_NODE_FLAGS: list[tuple[str, str, type, str]] = [
     ("--flight-port", "flight_port", int, "Arrow Flight bulk reads of its ledgers (8815)"),
     ("--fsync", "fsync", str, "journal fsync policy: always | interval:<ms> | never"),
     ("--min-free-bytes", "storage_min_free_bytes", int, "read-only below this free space"),
+    ("--max-message-size", "max_message_size", int, "the cluster's largest message in bytes"),
 ]
 
 

@@ -40,6 +40,7 @@ from magnetar.cluster.wire import (
     pack_records,
     read_frame,
 )
+from magnetar.core import formats
 from magnetar.core.config import Settings
 from magnetar.core.errors import ConfigError
 from magnetar.meta import MetadataStore, open_metadata_store
@@ -111,6 +112,8 @@ class StorageNode:
                 "a storage node registers in the cluster's ZooKeeper: "
                 "pass --metadata-url zk://HOST:PORT[/chroot]",
             )
+        # its Flight reads decode entries: bounded by the cluster's message size, not the default
+        formats.limit_message_size(settings.max_message_size)
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         local = settings.replace(metadata_url=f"sqlite:///{settings.data_dir / 'catalog.db'}")
         catalog = open_metadata_store(local.metadata)

@@ -45,3 +45,36 @@ def test_spark_reads_closed_ledgers_from_the_storage_nodes(cluster: Cluster, spa
     ensemble = cluster.ledgers(TOPIC)[0]["ensembles"][0][1]
     next(n for n in cluster.nodes if n.node_id == ensemble[0]).kill()
     assert read() == sent  # the other replica (or the broker) serves the range
+
+
+def test_storage_nodes_serve_messages_up_to_the_configured_size(cluster: Cluster) -> None:
+    """A cluster whose max message size is above the 5 MiB default: a storage node's Flight
+    read of an 8 MiB (LZ4-compressed) message inflates it under the configured bound."""
+    import json
+
+    import pyarrow.flight as flight
+
+    size = ["--max-message-size", str(12 << 20)]
+    for _ in range(2):
+        cluster.add_node(*size)
+    b = cluster.add_broker(*size, "--segment-max-bytes", "20000")
+    client = pulsar.Client(b.pulsar_url)
+    producer = client.create_producer(
+        TOPIC, batching_enabled=False, compression_type=pulsar.CompressionType.LZ4
+    )
+    big = b"x" * (8 << 20)
+    producer.send(big)
+    producer.send(b"after")  # the first ledger is full: this one goes to the next
+    client.close()
+    first = cluster.ledgers(TOPIC)[0]
+    assert first["info"]["state"] == "CLOSED" and first["info"]["end_offset"] == 1
+    ticket = flight.Ticket(
+        json.dumps({"ledger": first["info"]["segment_id"], "start": 0, "end": 1})
+    )
+    for node in cluster.nodes:
+        reader = flight.connect(f"grpc://127.0.0.1:{node.flight_port}")
+        try:
+            values = [v.as_py() for c in reader.do_get(ticket) for v in c.data.column("value")]
+        finally:
+            reader.close()
+        assert values == [big]
