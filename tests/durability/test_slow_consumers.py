@@ -9,6 +9,7 @@ acknowledges stops at ``maxUnackedMessagesPerConsumer`` (Pulsar's stats show
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -163,3 +164,58 @@ def test_shared_consumer_stops_at_the_unacked_cap_and_resumes_after_acking(
     assert sorted([m.data() for m in held] + rest) == sorted(b"m%d" % i for i in range(3 * CAP))
     consumer.close()
     producer.close()
+
+
+def test_a_shared_subscription_stops_at_its_unacked_cap_and_resumes_after_acks(
+    tmp_path: Path,
+) -> None:
+    """maxUnackedMessagesPerSubscription: two Shared consumers with no cap of their own, who
+    never acknowledge, get SUB_CAP messages between them and no more (Pulsar's stats say
+    blockedSubscriptionOnUnackedMsgs); once they acknowledge, dispatch resumes."""
+    sub_cap = 60
+    args = [
+        "--max-unacked-messages-per-consumer", "0",
+        "--max-unacked-messages-per-subscription", str(sub_cap),
+    ]  # fmt: skip
+    with StandaloneProcess(tmp_path, extra_args=args) as server:
+        client = pulsar.Client(
+            server.pulsar_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
+        )
+        topic = _topic()
+        consumers = [
+            client.subscribe(
+                topic, "capped", consumer_type=pulsar.ConsumerType.Shared, receiver_queue_size=500
+            )
+            for _ in range(2)
+        ]
+        producer = client.create_producer(topic, batching_enabled=False)
+        for i in range(4 * sub_cap):
+            producer.send(b"m%d" % i)
+        held: list[tuple[Any, Any]] = []  # (consumer, message)
+        for consumer in consumers:  # whatever each got before the cap closed the tap
+            while True:
+                try:
+                    held.append((consumer, consumer.receive(2000)))
+                except pulsar.Timeout:
+                    break
+        local = topic.rsplit("/", 1)[1]
+        admin = AdminHttp(server.http_url)
+        stats = admin.get(f"/admin/v2/persistent/public/default/{local}/stats")
+        sub = stats["subscriptions"]["capped"]
+        assert len(held) == sub_cap and sub["unackedMessages"] == sub_cap
+        assert sub["blockedSubscriptionOnUnackedMsgs"] is True
+        for consumer, message in held:
+            consumer.acknowledge(message)
+        got = {m.data() for _, m in held}
+        deadline = time.monotonic() + 60
+        while len(got) < 4 * sub_cap:
+            assert time.monotonic() < deadline, f"dispatch did not resume: {len(got)} received"
+            for consumer in consumers:
+                try:
+                    message = consumer.receive(200)
+                except pulsar.Timeout:
+                    continue
+                consumer.acknowledge(message)
+                got.add(message.data())
+        assert got == {b"m%d" % i for i in range(4 * sub_cap)}
+        client.close()
