@@ -469,16 +469,22 @@ def test_one_node_of_three_dies_writes_go_around_it_and_a_new_node_restores_qw(
     # Pulsar). Deduplication is what turns that at-least-once into exactly-once.
     _dedup_on(b.http_url)
     pub = Publisher(b.pulsar_url, TOPIC).start()
+    kafka = KafkaPublisher(f"127.0.0.1:{b.kafka_port}", "payments").start()
     wait_for(lambda: len(pub.acked) >= 1000, 60, "1000 acknowledged messages")
+    wait_for(lambda: len(kafka.acked) >= 1000, 60, "1000 acknowledged Kafka records")
     victim = cluster.nodes[0]
     victim.kill()
     before = len(pub.acked)
     wait_for(lambda: len(pub.acked) >= before + 1000, 60, "publishes going on around it")
     fresh = cluster.add_node()
-    before = len(pub.acked)
+    before, kafka_before = len(pub.acked), len(kafka.acked)
     wait_for(lambda: len(pub.acked) >= before + 3000, 60, "publishes after the new node")
+    # the Kafka stream fills ledgers faster: a rollover needs three live nodes
+    wait_for(lambda: len(kafka.acked) >= kafka_before + 3000, 60, "Kafka records after it")
     pub.stop()
+    kafka.stop()
     assert not pub.failed
+    assert not kafka.failed, f"{len(kafka.failed)} Kafka records failed: {kafka.errors[:3]}"
     open_ledger = cluster.ledgers(TOPIC)[-1]
     assert fresh.node_id in open_ledger["ensembles"][-1][1]
 
@@ -493,6 +499,82 @@ def test_one_node_of_three_dies_writes_go_around_it_and_a_new_node_restores_qw(
     wait_for(restored, 90, "closed ledgers back at three copies")  # session 10 s + grace
     check_history(read_all(b.pulsar_url, TOPIC, len(pub.acked)), pub.acked)
     pub.close()
+    check_history(
+        consume_all(f"127.0.0.1:{b.kafka_port}", "payments", len(kafka.acked)), kafka.acked
+    )
+
+
+class KafkaPublisher:
+    """An idempotent confluent-kafka producer (acks=all) sending numbered records from a
+    thread until stopped; records what was acknowledged and what failed."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.producer = confluent_kafka.Producer(
+            {"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5}
+        )
+        self.topic = topic
+        self.acked: set[bytes] = set()
+        self.failed: set[bytes] = set()
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _delivered(self, err: Any, msg: Any) -> None:
+        if err is None:
+            self.acked.add(msg.value())
+        else:
+            self.failed.add(msg.value())
+            self.errors.append(str(err))
+
+    def _run(self) -> None:
+        i = 0
+        while not self._stop.is_set():
+            try:
+                self.producer.produce(
+                    self.topic, f"k-{i:07d}".encode(), on_delivery=self._delivered
+                )
+            except BufferError:  # the local queue is full: let deliveries drain it
+                self.producer.poll(0.1)
+                continue
+            i += 1
+            self.producer.poll(0)
+            if i % 200 == 0:
+                time.sleep(0.01)
+
+    def start(self) -> KafkaPublisher:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.thread.join(10)
+        assert self.producer.flush(60) == 0, "Kafka records without an outcome"
+
+
+def consume_all(bootstrap: str, topic: str, expect: int) -> list[bytes]:
+    """Every record of ``topic`` (all partitions) by a fresh group, in offset order."""
+    consumer = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"check-{time.monotonic_ns()}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.subscribe([topic])
+    seen: list[bytes] = []
+    deadline = time.monotonic() + 60
+    while len(seen) < expect and time.monotonic() < deadline:
+        msg = consumer.poll(1.0)
+        if msg is not None and msg.error() is None:
+            seen.append(msg.value())
+    end = time.monotonic() + 3  # anything stored twice would follow
+    while time.monotonic() < end:
+        msg = consumer.poll(0.5)
+        if msg is not None and msg.error() is None:
+            seen.append(msg.value())
+    consumer.close()
+    return seen
 
 
 def _dedup_on(http_url: str) -> None:
@@ -500,3 +582,46 @@ def _dedup_on(http_url: str) -> None:
 
     path = f"{http_url}/admin/v2/namespaces/public/default/deduplication"
     assert requests.post(path, json=True).status_code == 204
+
+
+def test_striping_puts_each_entry_on_write_quorum_nodes_of_the_ensemble(cluster: Cluster) -> None:
+    """E=3, Qw=Qa=2: entry i goes to the two nodes of the ensemble from i mod 3 on, so each
+    node holds two thirds of a ledger and every entry has two copies; with one node killed
+    every message is still read."""
+    import json
+
+    import pyarrow.flight as flight
+
+    for _ in range(3):
+        cluster.add_node()
+    b = cluster.add_broker(
+        "--ensemble-size", "3", "--write-quorum", "2", "--ack-quorum", "2",
+        "--segment-max-bytes", "20000",
+    )  # fmt: skip
+    client = pulsar.Client(b.pulsar_url, logger=_quiet())
+    producer = client.create_producer(TOPIC, batching_enabled=False, block_if_queue_full=True)
+    sent = [f"s-{i:05d}".encode() for i in range(600)]
+    for value in sent:
+        producer.send_async(value, None)
+    producer.flush()
+    client.close()
+    ledger = next(lg for lg in cluster.ledgers(TOPIC) if lg["info"]["state"] == "CLOSED")
+    assert ledger["quorum"] == [3, 2, 2] and len(ledger["ensembles"][0][1]) == 3
+    info = ledger["info"]
+    entries = info["entries"]
+    ticket = flight.Ticket(
+        json.dumps({"ledger": info["segment_id"], "start": info["first_offset"],
+                    "end": info["end_offset"]})
+    )  # fmt: skip
+    held = {}
+    for node in cluster.nodes:
+        reader = flight.connect(f"grpc://127.0.0.1:{node.flight_port}")
+        try:
+            held[node.node_id] = sum(c.data.num_rows for c in reader.do_get(ticket))
+        finally:
+            reader.close()
+    assert sum(held.values()) == 2 * entries, held  # two copies of each, no more
+    for count in held.values():  # two thirds each (entries are single messages)
+        assert abs(count - 2 * entries / 3) <= 1, held
+    cluster.nodes[0].kill()
+    check_history(read_all(b.pulsar_url, TOPIC, len(sent)), set(sent))
