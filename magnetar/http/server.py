@@ -18,8 +18,8 @@ from magnetar.broker import errors as be
 from magnetar.broker.admin import PreconditionFailedError, TopicAdmin
 from magnetar.broker.offload import OffloadService
 from magnetar.core.errors import InvalidNameError, MagnetarError
-from magnetar.core.names import TopicName
-from magnetar.http import messages, reading, tenants, topics
+from magnetar.core.names import TopicName, check_namespace, check_tenant, check_topic
+from magnetar.http import messages, reading, schemas, tenants, topics
 from magnetar.http.broker_metrics import BrokerMetrics
 from magnetar.http.console import console_routes
 from magnetar.http.metrics import MetricsEndpoint, MetricSource
@@ -28,6 +28,8 @@ from magnetar.http.routes import Handler, Route, ok, openapi
 from magnetar.http.stats import stats_routes
 
 log = logging.getLogger(__name__)
+
+MAX_REQUEST_LINE = 64 * 1024
 
 _STATUS: list[tuple[type[MagnetarError], int]] = [
     (PreconditionFailedError, 412),
@@ -57,6 +59,22 @@ async def errors_as_json(request: web.Request, handler: Handler) -> web.StreamRe
         if e.status >= 400:
             return web.json_response({"reason": e.reason}, status=e.status)
         raise
+
+
+# path parameters that are names: each is checked before any handler builds a path from it
+_NAME_PARAMETERS = {"tenant": check_tenant, "namespace": check_namespace, "topic": check_topic}
+
+
+@web.middleware
+async def valid_names(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Refuse a request whose path names an illegal tenant, namespace or topic (``..``, a
+    decoded ``%2F`` or NUL, 10,000 characters ...) with 412 and the reason, Pulsar's answer,
+    before its handler reads or writes anything under that name."""
+    for key, check in _NAME_PARAMETERS.items():
+        value = request.match_info.get(key)
+        if value is not None:
+            check(value)
+    return await handler(request)
 
 
 def redirect_to_owner(broker: Broker) -> Any:
@@ -124,11 +142,14 @@ class HttpServer:
             table += offload_routes(self.admin, self.offload)
         table += reading.routes(self.broker, self.flight_url)
         table.append(MetricsEndpoint(self.metric_sources).route())
+        table += schemas.routes(self.broker)
         table += messages.routes(self.broker) + console_routes()
         return table + self.extra_routes
 
     def build_app(self) -> web.Application:
-        app = web.Application(middlewares=[errors_as_json, redirect_to_owner(self.broker)])
+        app = web.Application(
+            middlewares=[errors_as_json, valid_names, redirect_to_owner(self.broker)]
+        )
         table = self.routes()
         spec = openapi(table, __version__)
 
@@ -142,7 +163,11 @@ class HttpServer:
         return app
 
     async def start(self) -> None:
-        self._runner = web.AppRunner(self.build_app(), access_log=None)
+        # request lines up to 64 KiB (aiohttp's default is 8 KiB): a path naming a topic of
+        # 10,000 characters gets the JSON refusal saying why, not a bare "line too long"
+        self._runner = web.AppRunner(
+            self.build_app(), access_log=None, max_line_size=MAX_REQUEST_LINE
+        )
         await self._runner.setup()
         await web.TCPSite(self._runner, self.host, self.port).start()
         if self.port == 0:

@@ -11,7 +11,8 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from magnetar.core.errors import MagnetarError
+from magnetar.core.errors import InvalidNameError, MagnetarError
+from magnetar.core.names import TopicName
 
 EARLIEST, LATEST = "earliest", "latest"
 
@@ -76,6 +77,16 @@ def _offsets(
         ) from None
 
 
+def check_topic_option(topic: str) -> str:
+    """``topic`` if it is a legal topic name, else SparkSourceError saying why (the same
+    rules as every other entry point: magnetar.core.names)."""
+    try:
+        TopicName.parse(topic)
+    except InvalidNameError as e:
+        raise SparkSourceError(f"option topic: {e}") from None
+    return topic
+
+
 def parse(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
     """Check every read option; raises SparkSourceError naming the bad one."""
     opts = normalize(options)
@@ -87,6 +98,8 @@ def parse(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
         topics = (opts["topic"].strip(),)
     elif "topics" in given:
         topics = tuple(t.strip() for t in opts["topics"].split(",") if t.strip())
+    for topic in topics:
+        check_topic_option(topic)
     if streaming and "endingoffsets" in opts:
         raise SparkSourceError("endingOffsets is not allowed in a streaming query")
     if streaming and "endingtimestamp" in opts:

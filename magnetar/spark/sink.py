@@ -31,7 +31,7 @@ from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, Wri
 from pyspark.sql.types import StructType
 
 from magnetar.core.names import TopicName
-from magnetar.spark.options import SparkSourceError, normalize
+from magnetar.spark.options import SparkSourceError, check_topic_option, normalize
 from magnetar.spark.planning import http_get, http_post
 
 log = logging.getLogger(__name__)
@@ -54,6 +54,7 @@ class _Target:
         self.topic = options.get("topic")
         if not self.topic:
             raise SparkSourceError("the magnetar sink needs the option topic")
+        check_topic_option(self.topic)
         if "value" not in schema.fieldNames():
             raise SparkSourceError("the magnetar sink needs a column named value")
         self.url = options.get("url", "http://localhost:8080").rstrip("/")

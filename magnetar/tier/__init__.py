@@ -6,6 +6,7 @@ from magnetar.tier.errors import (
     ObjectStoreUnavailableError,
     OffloadVerificationError,
     TierError,
+    UnsafeKeyError,
     UnsupportedEntryFormatError,
 )
 from magnetar.tier.object_store import (
@@ -42,6 +43,7 @@ __all__ = [
     "S3ObjectStore",
     "Tier",
     "TierError",
+    "UnsafeKeyError",
     "UnsupportedEntryFormatError",
     "key_of",
     "manifest_key",

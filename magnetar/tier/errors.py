@@ -20,6 +20,14 @@ class ObjectStoreUnavailableError(TierError):
     retriable = True
 
 
+class UnsafeKeyError(TierError):
+    """A key that would resolve outside the object store's root (``..``, an absolute path,
+    a symbolic link leading out): refused before anything is read or written. Names are
+    checked long before a key is built (magnetar.core.names); this is the second wall."""
+
+    code = "tier.unsafe_key"
+
+
 class OffloadVerificationError(TierError):
     """The object read back differs from what was written; the segment stays local."""
 

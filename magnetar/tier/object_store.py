@@ -2,6 +2,9 @@
 
 Calls block: run them on a worker thread, never on the event loop. Keys are relative
 ``/``-separated paths. ``put`` is atomic for readers: they see the whole object or none.
+A key that would resolve outside the store's root (an empty, ``.`` or ``..`` part, a leading
+``/``, a backslash, a control character; on a local disk also a symbolic link that leads
+out) is refused with UnsafeKeyError before anything is read or written.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from magnetar.core.errors import ConfigError
-from magnetar.tier.errors import ObjectNotFoundError, ObjectStoreUnavailableError
+from magnetar.tier.errors import ObjectNotFoundError, ObjectStoreUnavailableError, UnsafeKeyError
 
 TMP_MARK = ".tmp-"  # what marks the temporary key an upload writes before moving it in place
 
@@ -34,6 +37,7 @@ class ObjectStore:
         into place. A failure or crash can leave such a temporary object behind, never a
         partial ``key``; ``OffloadService.cleanup_orphans`` deletes the leftovers.
         """
+        key = self.checked(key)
         tmp = f"{key}{TMP_MARK}{os.getpid()}-{uuid.uuid4().hex[:12]}"
         try:
             self._mkdirs(key)
@@ -57,6 +61,7 @@ class ObjectStore:
 
     def open(self, key: str) -> pa.NativeFile:
         """A random-access file (what pyarrow.parquet reads from)."""
+        key = self.checked(key)
         try:
             return self.fs.open_input_file(key)
         except FileNotFoundError:
@@ -73,6 +78,7 @@ class ObjectStore:
 
     def delete(self, key: str) -> None:
         """Delete ``key``; a missing key is not an error."""
+        key = self.checked(key)
         try:
             self.fs.delete_file(key)
         except FileNotFoundError:
@@ -84,6 +90,8 @@ class ObjectStore:
 
     def list(self, prefix: str = "") -> list[str]:
         """Every key under ``prefix`` (a directory-like prefix), sorted."""
+        if prefix.rstrip("/"):
+            self.checked(prefix.rstrip("/"))
         selector = pafs.FileSelector(prefix.rstrip("/"), recursive=True, allow_not_found=True)
         try:
             infos = self.fs.get_file_info(selector)
@@ -92,6 +100,7 @@ class ObjectStore:
         return sorted(i.path for i in infos if i.type == pafs.FileType.File)
 
     def _info(self, key: str, *, missing_ok: bool = False) -> pafs.FileInfo:
+        key = self.checked(key)
         try:
             info = self.fs.get_file_info(key)
         except OSError as e:
@@ -99,6 +108,24 @@ class ObjectStore:
         if info.type == pafs.FileType.NotFound and not missing_ok:
             raise ObjectNotFoundError(f"no object {key} in {self.url}")
         return info
+
+    def checked(self, key: str) -> str:
+        """``key`` if it names an object under this store's root, else UnsafeKeyError."""
+        parts = key.split("/")
+        if (
+            any(part in ("", ".", "..") for part in parts)
+            or "\\" in key
+            or any(ord(c) < 0x20 or ord(c) == 0x7F for c in key)
+        ):
+            raise self._unsafe(key)
+        return key
+
+    def _unsafe(self, key: str) -> UnsafeKeyError:
+        return UnsafeKeyError(
+            f"refused object key {repr(key)[:120]}: a key must stay inside {self.url}, as a "
+            "relative path of '/'-separated names (none empty, '.' or '..'; no backslash, no "
+            "control character, no symbolic link leading out)"
+        )
 
     def _mkdirs(self, key: str) -> None:
         parent = key.rpartition("/")[0]
@@ -127,6 +154,15 @@ class LocalObjectStore(ObjectStore):
         os.makedirs(root, exist_ok=True)
         super().__init__(pafs.SubTreeFileSystem(root, pafs.LocalFileSystem()), f"file://{root}")
         self.root = root
+
+    def checked(self, key: str) -> str:
+        """The base checks, then the real path (symbolic links followed) must lie under the
+        root: a link planted inside the tier directory cannot lead a write out of it."""
+        super().checked(key)
+        real_root = os.path.realpath(self.root)
+        if os.path.commonpath([real_root, os.path.realpath(self._path(key))]) != real_root:
+            raise self._unsafe(key)
+        return key
 
     def _write(self, key: str, data: bytes) -> None:
         with open(self._path(key), "wb") as out:

@@ -402,12 +402,16 @@ def test_invalid_topic_name_is_refused(standalone: StandaloneProcess) -> None:
         meta = pb.CommandPartitionedTopicMetadata(topic=BAD_TOPIC, request_id=rid)
         raw.send_command(command(T.PARTITIONED_METADATA, meta))
         answer = raw.expect(T.PARTITIONED_METADATA_RESPONSE).partition_metadata_response
-        assert (answer.request_id, answer.error) == (rid, pb.ServerError.InvalidTopicName)
+        # discovery answers NotAllowedError: pulsar-client retries InvalidTopicName lookups
+        # until its timeout (errors_map.discovery_error); the message says what is wrong
+        assert (answer.request_id, answer.error) == (rid, pb.ServerError.NotAllowedError)
+        assert "invalid topic name 'bad topic!'" in answer.message
 
         rid = raw.request_id()
         raw.send_command(command(T.LOOKUP, pb.CommandLookupTopic(topic=BAD_TOPIC, request_id=rid)))
         lookup = raw.expect(T.LOOKUP_RESPONSE).lookup_topic_response
-        assert (lookup.request_id, lookup.error) == (rid, pb.ServerError.InvalidTopicName)
+        assert (lookup.request_id, lookup.error) == (rid, pb.ServerError.NotAllowedError)
+        assert "invalid topic name 'bad topic!'" in lookup.message
 
         rid = raw.request_id()
         producer = pb.CommandProducer(topic=BAD_TOPIC, producer_id=1, request_id=rid)
@@ -428,6 +432,69 @@ def test_invalid_topic_name_is_refused(standalone: StandaloneProcess) -> None:
         assert (error.request_id, error.error) == (rid, pb.ServerError.InvalidTopicName)
         assert "bad topic!" in error.message
         raw.assert_healthy()
+
+
+NOT_UTF8 = b"persistent://public/default/\xff\xfe\xc0-not-utf-8"
+PLACEHOLDER = "persistent://public/default/" + "p" * 3 + "-not-utf-8"
+
+
+def with_raw_strings(
+    cmd: pb.BaseCommand, placeholder: str = PLACEHOLDER, raw: bytes = NOT_UTF8
+) -> bytes:
+    """The frame of ``cmd`` with ``placeholder`` replaced by ``raw`` (same length): protobuf
+    itself refuses to build a string field that is not UTF-8, a hostile client need not."""
+    assert len(placeholder.encode()) == len(raw)
+    body = cmd.SerializeToString().replace(placeholder.encode(), raw)
+    return struct.pack(">II", 4 + len(body), len(body)) + body
+
+
+def test_a_topic_that_is_not_utf8_is_an_invalid_name(standalone: StandaloneProcess) -> None:
+    """Issue 22: such a topic raised a TypeError (a traceback in the log, UnknownError or no
+    answer); now every command gets the invalid-name answer and the connection goes on."""
+    logged = len(standalone.output)
+    with raw_connection(standalone) as raw:
+        rid = raw.request_id()
+        meta = pb.CommandPartitionedTopicMetadata(topic=PLACEHOLDER, request_id=rid)
+        raw.send(with_raw_strings(command(T.PARTITIONED_METADATA, meta)))
+        answer = raw.expect(T.PARTITIONED_METADATA_RESPONSE).partition_metadata_response
+        assert (answer.request_id, answer.error) == (rid, pb.ServerError.NotAllowedError)
+        assert "not UTF-8" in answer.message
+
+        rid = raw.request_id()
+        lookup = pb.CommandLookupTopic(topic=PLACEHOLDER, request_id=rid)
+        raw.send(with_raw_strings(command(T.LOOKUP, lookup)))
+        found = raw.expect(T.LOOKUP_RESPONSE).lookup_topic_response
+        assert (found.request_id, found.error) == (rid, pb.ServerError.NotAllowedError)
+
+        rid = raw.request_id()
+        producer = pb.CommandProducer(topic=PLACEHOLDER, producer_id=1, request_id=rid)
+        raw.send(with_raw_strings(command(T.PRODUCER, producer)))
+        error = raw.expect(T.ERROR).error
+        assert (error.request_id, error.error) == (rid, pb.ServerError.InvalidTopicName)
+        assert "not UTF-8" in error.message
+
+        rid = raw.request_id()
+        subscribe = pb.CommandSubscribe(
+            topic=PLACEHOLDER,
+            subscription="s",
+            sub_type=pb.CommandSubscribe.SubType.Exclusive,
+            consumer_id=1,
+            request_id=rid,
+        )
+        raw.send(with_raw_strings(command(T.SUBSCRIBE, subscribe)))
+        error = raw.expect(T.ERROR).error
+        assert (error.request_id, error.error) == (rid, pb.ServerError.InvalidTopicName)
+
+        rid = raw.request_id()
+        listing = pb.CommandGetTopicsOfNamespace(namespace="public/ppp", request_id=rid)
+        raw.send(
+            with_raw_strings(command(T.GET_TOPICS_OF_NAMESPACE, listing), "ppp", b"\xff\xfe\xc0")
+        )
+        error = raw.expect(T.ERROR).error
+        assert (error.request_id, error.error) == (rid, pb.ServerError.InvalidTopicName)
+        raw.assert_healthy()
+    assert not [line for line in standalone.output[logged:] if "Traceback" in line]
+    assert_fresh_client_works(standalone)
 
 
 def test_second_exclusive_consumer_is_busy(standalone: StandaloneProcess) -> None:

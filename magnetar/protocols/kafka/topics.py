@@ -11,7 +11,7 @@ from __future__ import annotations
 from magnetar.broker import Broker, Topic
 from magnetar.broker.admin import TopicAdmin
 from magnetar.broker.errors import AlreadyExistsError
-from magnetar.core.names import TopicName
+from magnetar.core.names import TopicName, check_kafka_topic
 from magnetar.protocols.kafka.errors import UnknownTopicError
 
 
@@ -25,7 +25,9 @@ class KafkaTopics:
         self._names: dict[tuple[str, int], TopicName] = {}
 
     def name(self, topic: str) -> TopicName:
-        """The Magnetar name of Kafka topic ``topic``; InvalidNameError if illegal."""
+        """The Magnetar name of Kafka topic ``topic``; InvalidNameError (Kafka's
+        INVALID_TOPIC_EXCEPTION) unless Kafka's rules and Magnetar's both allow it."""
+        check_kafka_topic(topic)
         return TopicName.parse(f"persistent://{self.tenant}/{self.namespace}/{topic}")
 
     async def partition_count(self, topic: str, *, create: bool = False) -> int | None:

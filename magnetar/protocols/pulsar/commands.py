@@ -18,6 +18,7 @@ from magnetar.broker.formats import PULSAR
 from magnetar.broker.schemas import SchemaInfo
 from magnetar.core.entries import Entry
 from magnetar.core.ids import MessageId
+from magnetar.core.names import parse_namespace
 from magnetar.protocols.pulsar import compression, entry_format, responses
 from magnetar.protocols.pulsar._proto import pulsar_api_pb2 as pb
 from magnetar.protocols.pulsar.errors import MessageRefusedError
@@ -118,7 +119,7 @@ class Commands:
 
     async def _on_get_topics_of_namespace(self, frame: Frame) -> None:
         cmd = frame.command.get_topics_of_namespace
-        tenant, _, namespace = cmd.namespace.partition("/")
+        tenant, namespace = parse_namespace(cmd.namespace)
         topics = await self.broker.list_topics(tenant, namespace)
         self.conn.write(responses.get_topics_of_namespace_response(cmd.request_id, topics))
 

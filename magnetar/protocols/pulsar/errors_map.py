@@ -31,3 +31,17 @@ def server_error(error: BaseException) -> pb.ServerError:
         if isinstance(error, cls):
             return code
     return pb.ServerError.UnknownError
+
+
+def discovery_error(error: BaseException) -> pb.ServerError:
+    """The code for a failed PARTITIONED_METADATA or LOOKUP.
+
+    The C++ client (pulsar-client) retries a lookup that failed with InvalidTopicName until
+    its operation timeout: the errors it takes as final do not include it, since Pulsar
+    refuses no topic name the client itself lets through. Magnetar refuses more (``..``, a
+    NUL, 10,000 characters), so it answers NotAllowedError, which the client takes as
+    final: an invalid name fails at once, with the message saying what is wrong.
+    """
+    if isinstance(error, InvalidNameError):
+        return pb.ServerError.NotAllowedError
+    return server_error(error)

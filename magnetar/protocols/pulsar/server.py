@@ -26,7 +26,7 @@ from magnetar.protocols.pulsar import entry_format, responses
 from magnetar.protocols.pulsar._proto import pulsar_api_pb2 as pb
 from magnetar.protocols.pulsar.commands import Commands
 from magnetar.protocols.pulsar.errors import ChecksumError, ProtocolError
-from magnetar.protocols.pulsar.errors_map import server_error
+from magnetar.protocols.pulsar.errors_map import discovery_error, server_error
 from magnetar.protocols.pulsar.frames import (
     FRAME_PADDING,
     PROTOCOL_VERSION,
@@ -175,9 +175,10 @@ class Connection(asyncio.Protocol):
             self.write(responses.send_error(cmd.send.producer_id, cmd.send.sequence_id, code, text))
         elif frame.type == T.PARTITIONED_METADATA:
             rid = cmd.partition_metadata.request_id
-            self.write(responses.partitioned_metadata_error(rid, code, text))
+            self.write(responses.partitioned_metadata_error(rid, discovery_error(error), text))
         elif frame.type == T.LOOKUP:
-            self.write(responses.lookup_error(cmd.lookup_topic.request_id, code, text))
+            rid = cmd.lookup_topic.request_id
+            self.write(responses.lookup_error(rid, discovery_error(error), text))
         elif frame.type == T.GET_SCHEMA:
             self.write(responses.get_schema_error(cmd.get_schema.request_id, code, text))
         elif frame.type == T.GET_OR_CREATE_SCHEMA:
@@ -302,7 +303,9 @@ class Connection(asyncio.Protocol):
         )
 
     @staticmethod
-    def topic_name(text: str) -> TopicName:
+    def topic_name(text: str | bytes) -> TopicName:
+        """The topic a command names; InvalidNameError for an illegal name, and for a name
+        that is not UTF-8 (protobuf then hands the field over as bytes)."""
         return TopicName.parse(text)
 
     @staticmethod
