@@ -47,6 +47,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.runSQLOnFiles", "false")  # as the views' session (views/session.py)
         .config("spark.sql.warehouse.dir", str(tmp_path_factory.mktemp("spark-warehouse")))
         .getOrCreate()
     )

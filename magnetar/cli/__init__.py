@@ -87,6 +87,12 @@ _STANDALONE_FLAGS: list[tuple[str, str, type, str]] = [
     ("--spark-driver-memory", "spark_driver_memory", str, "Spark driver memory (default 2g)"),
     ("--views-max-batch-events", "views_max_batch_events", int, "events per view micro-batch"),
     ("--views-trigger-ms", "views_trigger_ms", int, "view micro-batch interval (0: no wait)"),
+    (
+        "--views-python-path",
+        "views_python_path",
+        str,
+        "directories Python views may be imported from, ':'-separated (default: none)",
+    ),
 ]
 
 # the broker's extra flags: how its ledgers are replicated over storage nodes

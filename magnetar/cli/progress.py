@@ -113,7 +113,8 @@ def watch_view(
         total = float(events.get("total", 0))
         done = float(events.get("applied", version.get("progress", 0.0) * total))
         state = str(version.get("state", ""))
-        bar.update(done, total, state)
+        unparsed = int(version.get("unparsed") or 0)
+        bar.update(done, total, f"{state}, {unparsed} unparsed" if unparsed else state)
         if state == "LIVE" and not status.get("pending"):
             bar.finish(f"LIVE (version {status.get('version')})")
             return dict(status)

@@ -21,6 +21,8 @@ def _create(a: argparse.Namespace, r: RestClient) -> Any:
     if (a.sql is None) == (a.python is None):
         raise AdminCallError("give exactly one of --sql or --python")
     body.update({"sql": a.sql} if a.sql is not None else {"python": a.python})
+    if a.on_unparsed:
+        body["onUnparsed"] = a.on_unparsed
     created = r.call("PUT", f"/views/{_q(a.name)}", body)
     return watch_view(r, _q(a.name)) if a.wait else created
 
@@ -67,6 +69,14 @@ COMMANDS: list[tuple[str, str, list[tuple[list[str], dict[str, Any]]], Any]] = [
             (["--python"], {"help": "module:function, apply(state, event) -> state"}),
             (["--key", "-k"], {"required": True, "action": "append", "help": "key column"}),
             (["--store"], {"default": "sqlite", "help": "sqlite | postgresql://... | redis://..."}),
+            (
+                ["--on-unparsed"],
+                {
+                    "choices": ["count", "fail"],
+                    "help": "a value that does not parse as the topic's JSON schema: count it "
+                    "(default) or fail the view there",
+                },
+            ),
             (["--wait"], {"action": "store_true", "help": "show progress until it is LIVE"}),
         ],
         _create,

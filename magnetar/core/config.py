@@ -93,6 +93,9 @@ class Settings:
     # the server's memory); large, as each batch has a fixed cost (~0.3 s: planning, checkpoint)
     views_max_batch_events: int = 5_000_000
     views_trigger_ms: int = 100  # micro-batch interval of a view's query; 0 = back to back
+    # directories Python views (module:function) may be imported from, ':'-separated (a
+    # TOML list too); empty: Python views are refused
+    views_python_path: str = ""
     # cluster storage (docs/cluster-protocol.md): storage nodes and the ledgers brokers write
     storage_port: int = 3181  # a storage node's port (BookKeeper's bookie port)
     storage_min_free_bytes: int = 256 * MiB  # a storage node turns read-only below this
@@ -113,6 +116,11 @@ class Settings:
     @property
     def tier(self) -> str:
         return self.tier_url or f"file://{(self.data_dir / 'tier').resolve()}"
+
+    @property
+    def views_python_dirs(self) -> tuple[Path, ...]:
+        """The directories of ``views_python_path``, resolved (symbolic links followed)."""
+        return tuple(Path(d).resolve() for d in self.views_python_path.split(os.pathsep) if d)
 
     @property
     def metadata(self) -> str:
@@ -219,6 +227,8 @@ def _coerce(name: str, value: Any) -> Any:
         raise ConfigError(name, "unknown setting")
     if name == "fsync":
         return value if isinstance(value, FsyncPolicy) else FsyncPolicy.parse(str(value))
+    if name == "views_python_path" and isinstance(value, list | tuple):
+        return os.pathsep.join(str(v) for v in value)
     if name in ("data_dir", "journal_dir", "ledger_dir"):
         return Path(value) if value not in ("", None) else None
     default = _FIELDS[name].default

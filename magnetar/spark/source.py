@@ -57,7 +57,7 @@ class MagnetarPartition(InputPartition):
         self.columns = columns
 
 
-def _data_definition(plans: dict[str, dict[str, Any]]) -> Any:
+def data_definition(plans: dict[str, dict[str, Any]]) -> Any:
     """The record definition shared by every topic read (JSON schema), or None.
 
     Only JSON topics get a ``data`` column: their values are decoded as JSON text. AVRO
@@ -121,7 +121,7 @@ class MagnetarDataSource(DataSource):
 
     def schema(self) -> str:
         opts = parse(self.options, streaming=False)
-        definition = _data_definition(planning.fetch_plans(opts))
+        definition = data_definition(planning.fetch_plans(opts))
         mapped = record_type(definition) if definition is not None else None
         return BASE_DDL + (f", data {mapped[1]}" if mapped else "")
 
@@ -159,7 +159,7 @@ class MagnetarBatchReader(DataSourceReader):
         start = planning.check_data_loss(plans, start, opts.fail_on_data_loss)
         pieces = planning.slices(plans, start, end, min_ts=opts.starting_ts, max_ts=opts.ending_ts)
         self.pieces = planning.split(pieces, opts.min_partitions)
-        self.definition, self.columns = _wanted(_data_definition(plans), schema)
+        self.definition, self.columns = _wanted(data_definition(plans), schema)
 
     def partitions(self) -> list[InputPartition]:
         return [MagnetarPartition(p, self.definition, self.columns) for p in self.pieces]
@@ -176,7 +176,7 @@ class MagnetarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.opts = opts
         self.target: Offsets | None = None
         self.committed: Offsets | None = None  # last offsets given to the subscription
-        definition = _data_definition(planning.fetch_plans(opts))
+        definition = data_definition(planning.fetch_plans(opts))
         self.definition, self.columns = _wanted(definition, schema)
 
     def initialOffset(self) -> Offsets:

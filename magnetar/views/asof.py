@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from magnetar.views.errors import InvalidViewError
@@ -45,26 +47,33 @@ def check_label(label: str) -> str:
 
 
 def frame_at(spark: Any, definition: ViewDefinition, url: str, point: dict[str, str]) -> Any:
-    """The view's state at ``point`` as a Spark DataFrame."""
+    """The view's state at ``point`` as a Spark DataFrame, in the caller's own process (a
+    Python view's module is imported from its ``sys.path``)."""
     if definition.sql is not None:
         reader = source_reader(spark, url, definition.source, streaming=False)
         return bind_view_sql(spark, reader.options(**point), definition.sql)[0]
-    rows = rows_at(spark, definition, url, point)
+    rows = rows_at(spark, definition, url, point, roots=None)
     if not rows:
         return spark.createDataFrame([], schema=", ".join(f"`{k}` string" for k in definition.key))
     return spark.createDataFrame(rows)
 
 
 def rows_at(
-    spark: Any, definition: ViewDefinition, url: str, point: dict[str, str]
+    spark: Any,
+    definition: ViewDefinition,
+    url: str,
+    point: dict[str, str],
+    *,
+    roots: Sequence[Path] | None,
 ) -> list[dict[str, Any]]:
-    """The view's rows at ``point`` (SQL: the query's result; Python: a fold from empty)."""
+    """The view's rows at ``point`` (SQL: the query's result; Python: a fold from empty,
+    its module imported from ``roots``, see :func:`~magnetar.views.transform.load_function`)."""
     reader = source_reader(spark, url, definition.source, streaming=False).options(**point)
     if definition.sql is not None:
         frame = bind_view_sql(spark, reader, definition.sql)[0]
         return list(frame.toArrow().to_pylist())
     events = reader.load()
     assert definition.python is not None
-    apply = load_function(definition.python)
+    apply = load_function(definition.python, roots=roots)
     result = fold(events_of(events.toArrow()), definition.key, apply, lambda keys: {})
     return list(result.upserts.values())

@@ -50,6 +50,14 @@ class TransformError(ViewError):
         self.at = at
 
 
+class UnparsedMessageError(TransformError):
+    """A message's value does not parse as its topic's JSON schema and the view has
+    ``"onUnparsed": "fail"``; ``at`` names the first such message. Nothing of its batch was
+    committed."""
+
+    code = "views.unparsed"
+
+
 class StateStoreError(ViewError):
     """The state store failed or is unreachable; the transaction in flight was rolled back,
     so a retry of the same batch finds the store as it was before."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from magnetar.views.errors import ViewError
 from magnetar.views.model import ViewState
@@ -39,6 +39,11 @@ def view_metrics(service: ViewService, cluster: str) -> Callable[[], Awaitable[l
             "Seconds since the view last committed, while it is behind (0 when caught up)",
             labels=_LABELS,
         )
+        unparsed = CounterMetricFamily(
+            "magnetar_view_unparsed_messages",
+            "Messages applied whose value did not parse as the topic's JSON schema",
+            labels=_LABELS,
+        )
         for name in await service.names():
             try:
                 status = await service.status(name)
@@ -52,7 +57,8 @@ def view_metrics(service: ViewService, cluster: str) -> Callable[[], Awaitable[l
                 lag = version.get("lag") or {}
                 lag_events.add_metric(labels, float(lag.get("messages", 0)))
                 lag_seconds.add_metric(labels, lag.get("ms", 0) / 1000)
-        return [state, progress, lag_events, lag_seconds]
+                unparsed.add_metric(labels, float(version.get("unparsed", 0)))
+        return [state, progress, lag_events, lag_seconds, unparsed]
 
     return collect
 

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from magnetar.core.errors import InvalidNameError
 from magnetar.core.names import TopicName
 from magnetar.views.errors import InvalidViewError
 
@@ -51,6 +52,9 @@ class ViewDefinition:
     store: str = "sqlite"
     sql: str | None = None
     python: str | None = None
+    # what a message whose value does not parse as the topic's JSON schema does: "count"
+    # (None, the default: applied with data = null and counted in the status) or "fail"
+    on_unparsed: str | None = None
 
     @property
     def kind(self) -> str:
@@ -59,6 +63,7 @@ class ViewDefinition:
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         out["source"], out["key"] = list(self.source), list(self.key)
+        out["onUnparsed"] = out.pop("on_unparsed")
         return {k: v for k, v in out.items() if v is not None}
 
     @classmethod
@@ -67,7 +72,7 @@ class ViewDefinition:
         check_name(name)
         if not isinstance(body, Mapping):
             raise InvalidViewError("a view definition is a JSON object")
-        unknown = set(body) - {"name", "source", "key", "store", "sql", "python"}
+        unknown = set(body) - {"name", "source", "key", "store", "sql", "python", "onUnparsed"}
         if unknown:
             raise InvalidViewError(f"unknown field(s) {sorted(unknown)} in the view definition")
         if (body.get("sql") is None) == (body.get("python") is None):
@@ -86,7 +91,18 @@ class ViewDefinition:
             store=body.get("store") or "sqlite",
             sql=body.get("sql"),
             python=python,
+            on_unparsed=_on_unparsed(body.get("onUnparsed")),
         )
+
+
+def _on_unparsed(value: Any) -> str | None:
+    """None for the default ("count"), so definitions made before the setting existed
+    compare equal to the same definition given again."""
+    if value is None or value == "count":
+        return None
+    if value != "fail":
+        raise InvalidViewError(f'"onUnparsed" must be "count" or "fail", got {value!r}')
+    return "fail"
 
 
 def check_name(name: str) -> None:
@@ -111,7 +127,7 @@ def _topics(value: Any) -> tuple[str, ...]:
     names = _strings(value, "source")
     try:
         return tuple(sorted(str(TopicName.parse(t)) for t in names))
-    except Exception as e:  # InvalidNameError and friends: say which field was wrong
+    except InvalidNameError as e:  # say which field was wrong, and what the rule is
         raise InvalidViewError(f'bad topic in "source": {e}') from None
 
 

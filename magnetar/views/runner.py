@@ -23,11 +23,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from magnetar.views.errors import InvalidViewError, TransformError, ViewError
+from magnetar.views.errors import (
+    InvalidViewError,
+    TransformError,
+    UnparsedMessageError,
+    ViewError,
+)
 from magnetar.views.model import Offsets, Position, ViewDefinition, ViewState, key_text
 from magnetar.views.session import bind_view_sql, first_line, source_reader
 from magnetar.views.stores.base import StateStore
 from magnetar.views.transform import TOP_LEVEL, FoldResult, events_of, fold, load_function
+from magnetar.views.unparsed import FAIL, Unparsed, UnparsedLog, failure_message, in_range, in_rows
 
 log = logging.getLogger(__name__)
 _BEHIND = (ViewState.BOOTSTRAPPING, ViewState.CATCHING_UP)  # running, not yet LIVE
@@ -38,6 +44,7 @@ class RunOptions:
     url: str  # the Magnetar HTTP URL the source plans reads from
     max_batch_events: int
     trigger_ms: int
+    python_path: tuple[Path, ...] = ()  # where Python views may be imported from (resolved)
 
 
 def offsets_of_batch(checkpoint: Path, batch_id: int) -> Offsets:
@@ -93,6 +100,8 @@ class ViewRunner:
         self._tracker: Any = None  # Spark's status tracker: progress inside a batch
         self._share = (-1, 0.0)  # (batch id, share of its read tasks done)
         self.columns: list[str] = []  # the source columns the query reads
+        self.unparsed_log = UnparsedLog(checkpoint / "unparsed")
+        self._url = ""
         self._stopping = False
         self._lock = threading.Lock()
 
@@ -109,6 +118,7 @@ class ViewRunner:
 
     def _build(self, spark: Any, opts: RunOptions) -> Any:
         d = self.definition
+        self._url = opts.url
         limit = opts.max_batch_events if d.sql else python_batch_limit(opts.max_batch_events)
         events_reader = (
             source_reader(spark, opts.url, d.source, streaming=True)
@@ -119,7 +129,7 @@ class ViewRunner:
             assert d.python is not None
             events = events_reader.load()
             self.columns = list(events.columns)
-            self._apply = load_function(d.python)
+            self._apply = load_function(d.python, roots=opts.python_path)
             check_python_key(events.columns, events.schema, d.key)
             return events
         out, self.columns = bind_view_sql(spark, events_reader, d.sql)
@@ -202,7 +212,9 @@ class ViewRunner:
             if stored is not None and batch_id <= stored.batch_id:
                 log.info("view %s: batch %d already committed, skipped", self.dataset, batch_id)
                 return
-            changes = self._changes(frame)
+            table = frame.toArrow()
+            self._count_unparsed(table, batch_id, stored, offsets)
+            changes = self._changes(table)
             self.store.commit(self.dataset, batch_id, offsets, changes.upserts, changes.deletes)
         except TransformError as e:
             self._fail(str(e), e.at)
@@ -215,8 +227,31 @@ class ViewRunner:
             raise
         self._advance(Position(batch_id, offsets, int(time.time() * 1000)))
 
-    def _changes(self, frame: Any) -> FoldResult:
-        table = frame.toArrow()
+    def _count_unparsed(
+        self, table: Any, batch_id: int, stored: Position | None, offsets: Offsets
+    ) -> None:
+        """Count (or, with ``"onUnparsed": "fail"``, refuse) the batch's messages whose value
+        did not parse; kept before the store commits the batch (see :mod:`.unparsed`)."""
+        if "data" not in self.columns:
+            return  # the view never reads ``data``: nothing became null for it
+        if self.definition.sql is None:
+            found = in_rows(table)
+        else:  # the batch holds the query's result rows: read the batch's range again
+            begin = stored.offsets if stored is not None else self.start_offsets
+            found = in_range(self._url, self.definition.source, begin, offsets)
+        if found.count and self.definition.on_unparsed == FAIL:
+            raise UnparsedMessageError(failure_message(found), at=found.first)
+        self.unparsed_log.record(batch_id, found, stored.batch_id if stored else -1)
+
+    def unparsed(self) -> Unparsed:
+        """The messages applied so far whose value did not parse (committed batches only)."""
+        try:
+            return self.unparsed_log.total(self.position.batch_id)
+        except (OSError, ValueError) as e:  # a damaged file: say so, do not fail the status
+            log.warning("view %s: cannot read its unparsed counts: %s", self.dataset, e)
+            return Unparsed()
+
+    def _changes(self, table: Any) -> FoldResult:
         d = self.definition
         if d.sql is not None:
             rows = table.to_pylist()

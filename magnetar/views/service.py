@@ -147,7 +147,9 @@ class ViewService:
 
     def _options(self) -> RunOptions:
         s = self.settings
-        return RunOptions(self.url, s.views_max_batch_events, s.views_trigger_ms)
+        return RunOptions(
+            self.url, s.views_max_batch_events, s.views_trigger_ms, s.views_python_dirs
+        )
 
     def _spark(self) -> Any:
         s = self.settings
@@ -404,7 +406,8 @@ class ViewService:
         self, definition: ViewDefinition, point: dict[str, str], store: StateStore, dataset: str
     ) -> int:
         try:
-            rows = asof.rows_at(self._spark(), definition, self.url, point)
+            roots = self.settings.views_python_dirs
+            rows = asof.rows_at(self._spark(), definition, self.url, point, roots=roots)
         except ViewError:
             raise
         except Exception as e:

@@ -3,7 +3,8 @@
 Spark is heavy (a JVM, ~15 s to start), so nothing here runs at import: the standalone
 starts Spark on its first view, in a worker thread, never on the event loop. Every view
 shares the session; a view's SQL sees its own events as the table ``events`` because the
-binding (temp view + analysis) happens under :data:`BIND_LOCK`.
+binding (temp view + analysis) happens under :data:`BIND_LOCK`. The SQL is parsed and
+checked (:mod:`magnetar.views.sqlcheck`) before it is analysed, never run as a statement.
 """
 
 from __future__ import annotations
@@ -15,10 +16,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from magnetar.views.errors import InvalidViewError
+from magnetar.views.sqlcheck import analysed_frame, parse_view_sql
 
 BIND_LOCK = threading.Lock()
 _START_LOCK = threading.Lock()
 _session: Any = None
+# Settings no ``conf`` overrides: a second wall behind the SQL check (sqlcheck), so a file
+# relation that slipped through (``parquet.`/path` ``) is still not read.
+WALLS = {"spark.sql.runSQLOnFiles": "false"}
 
 
 def spark_session(master: str, conf: Mapping[str, str] | None = None) -> Any:
@@ -41,6 +46,7 @@ def spark_session(master: str, conf: Mapping[str, str] | None = None) -> Any:
                 "spark.sql.streaming.noDataMicroBatches.enabled": "false",
                 "spark.sql.streaming.stateStore.stateSchemaCheck": "false",
                 **(conf or {}),
+                **WALLS,
             }
             for k, v in settings.items():
                 builder = builder.config(k, v)
@@ -54,14 +60,15 @@ def source_reader(spark: Any, url: str, topics: Sequence[str], *, streaming: boo
     return reader.format("magnetar").option("url", url).option("topics", ",".join(topics))
 
 
-def bind_sql(spark: Any, events: Any, sql: str) -> Any:
-    """``sql`` analysed with ``events`` as the table ``events``; InvalidViewError if Spark
-    refuses it (the message is Spark's)."""
+def bind_sql(spark: Any, events: Any, plan: Any) -> Any:
+    """The checked ``plan`` (see :func:`~magnetar.views.sqlcheck.parse_view_sql`) analysed
+    with ``events`` as the table ``events``; InvalidViewError if Spark refuses it (the message
+    is Spark's). Analysis binds names and runs nothing."""
     with BIND_LOCK:
         events.createOrReplaceTempView("events")
         try:
-            return spark.sql(sql)
-        except Exception as e:  # ParseException, AnalysisException, ...: all bad SQL
+            return analysed_frame(spark, plan)
+        except Exception as e:  # AnalysisException, ...: a column or function that is not there
             raise InvalidViewError(f"invalid SQL: {first_line(e)}") from None
         finally:
             spark.catalog.dropTempView("events")
@@ -69,9 +76,12 @@ def bind_sql(spark: Any, events: Any, sql: str) -> Any:
 
 def bind_view_sql(spark: Any, reader: Any, sql: str) -> tuple[Any, list[str]]:
     """``sql`` over the events ``reader`` loads, reading only the columns it uses; returns
-    the bound frame and those columns."""
+    the bound frame and those columns. The SQL is parsed and checked first (one query that
+    reads ``events``, nothing else: InvalidViewError naming what is refused); it is never
+    executed here."""
+    plan = parse_view_sql(spark, sql)
     events = reader.load()
-    out = bind_sql(spark, events, sql)
+    out = bind_sql(spark, events, plan)
     used = used_columns(out)
     if used is None or len(used) == len(events.columns):
         return out, list(events.columns)
@@ -81,7 +91,7 @@ def bind_view_sql(spark: Any, reader: Any, sql: str) -> tuple[Any, list[str]]:
 
     keep = [f for f in events.schema.fields if f.name in (used or ["offset"])]
     narrow = reader.schema(StructType(keep)).load()
-    return bind_sql(spark, narrow, sql), list(narrow.columns)
+    return bind_sql(spark, narrow, plan), list(narrow.columns)
 
 
 def used_columns(frame: Any) -> list[str] | None:

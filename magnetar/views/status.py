@@ -48,6 +48,10 @@ def _version(record: dict[str, Any], runner: ViewRunner | None, ends: Offsets | 
         "failedAt": (runner.failed_at if runner and runner.failed_at else None)
         or (failed or {}).get("at"),
     }
+    # messages applied whose value did not parse as the topic's JSON schema (data = null)
+    unparsed = runner.unparsed() if runner is not None else None
+    out["unparsed"] = unparsed.count if unparsed else 0
+    out["firstUnparsed"] = unparsed.first if unparsed else None
     if runner is not None:
         out["dataset"], out["lastBatchMs"] = runner.dataset, runner.last_batch()
         out["sourceColumns"] = runner.columns

@@ -13,12 +13,14 @@ import importlib
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from magnetar.views.errors import InvalidViewError, TransformError
+from magnetar.views.imports import import_trusted
 from magnetar.views.model import key_text
 
 Apply = Callable[[dict[str, Any] | None, dict[str, Any]], dict[str, Any] | None]
@@ -36,17 +38,28 @@ TOP_LEVEL = {
 }
 
 
-def load_function(spec: str) -> Apply:
-    """Import ``module:function``; InvalidViewError when it cannot be imported or called."""
+def load_function(spec: str, *, roots: Sequence[Path] | None) -> Apply:
+    """Import ``module:function``; InvalidViewError when it cannot be imported or called.
+
+    On a server ``roots`` are the ``views_python_path`` directories: the module must be a
+    file under one of them (see :mod:`magnetar.views.imports`), and none refuses every
+    Python view. ``None`` imports from ``sys.path``: only for a caller's own process (an
+    as-of DataFrame built in a notebook), never for a definition a server received.
+    """
     module_name, _, attr = spec.partition(":")
     try:
-        target: Any = importlib.import_module(module_name)
+        target: Any = (
+            importlib.import_module(module_name)
+            if roots is None
+            else import_trusted(module_name, roots)
+        )
         for part in attr.split("."):
             target = getattr(target, part)
+    except InvalidViewError:
+        raise
     except Exception as e:  # an import runs arbitrary code: report whatever it raised
         raise InvalidViewError(
-            f"cannot import the transformation {spec!r}: {type(e).__name__}: {e} "
-            "(it must be importable by the server: on its PYTHONPATH or installed)"
+            f"cannot import the transformation {spec!r}: {type(e).__name__}: {e}"
         ) from None
     if not callable(target):
         raise InvalidViewError(f"the transformation {spec!r} is not callable")

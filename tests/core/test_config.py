@@ -57,3 +57,13 @@ def test_bad_config_files(tmp_path: Path) -> None:
     bad.write_text("this is = = not toml")
     with pytest.raises(ConfigError, match="not valid TOML"):
         build_settings(config_file=bad, env={})
+
+
+def test_views_python_path_is_a_list_of_directories(tmp_path: Path) -> None:
+    assert build_settings(env={}).views_python_dirs == ()
+    env = {"MAGNETAR_VIEWS_PYTHON_PATH": f"{tmp_path / 'a'}:{tmp_path / 'b'}"}
+    assert build_settings(env=env).views_python_dirs == (tmp_path / "a", tmp_path / "b")
+    cfg = tmp_path / "m.toml"
+    cfg.write_text(f'views_python_path = ["{tmp_path}", "rel"]\n')
+    dirs = build_settings(config_file=cfg, env={}).views_python_dirs
+    assert dirs == (tmp_path.resolve(), Path("rel").resolve())

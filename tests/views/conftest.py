@@ -49,5 +49,6 @@ def spark() -> Any:
         SparkSession.builder.master("local[2]")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.runSQLOnFiles", "false")  # as the views' session (views/session.py)
         .getOrCreate()
     )

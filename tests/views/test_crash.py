@@ -14,13 +14,14 @@ import pulsar
 import pytest
 
 from magnetar.cli.rest import RestClient
-from magnetar.testing.server import StandaloneProcess
+from magnetar.testing.server import REPO, StandaloneProcess
 from tests.views import helpers as h
 
 pytestmark = pytest.mark.slow
 TOPIC = "clicks"
 FULL = f"persistent://public/default/{TOPIC}"
 ARGS = ["--spark-master", "local[2]", "--views-max-batch-events", "3000"]
+ARGS += ["--views-python-path", str(REPO)]  # tests.views.transforms
 SQL = "SELECT key AS user, count(*) AS n FROM events GROUP BY key"
 
 

@@ -7,11 +7,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pulsar
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from magnetar.cli.rest import AdminCallError, RestClient
 from magnetar.testing.server import REPO, StandaloneProcess
@@ -91,3 +93,24 @@ def test_the_cli_fails_with_the_reason(shop: Shop) -> None:
     assert run.returncode == 1, run
     assert run.stdout == "" and "Traceback" not in run.stderr
     assert "unknown column(s) ['user']" in run.stderr and "user_id" in run.stderr
+
+
+def test_view_metrics_report_live_caught_up_views(shop: Shop) -> None:
+    """``/metrics`` parsed with prometheus_client: each LIVE view is in the state LIVE (and
+    no other), its bootstrap done, no events and no seconds behind (issue 19)."""
+    with urllib.request.urlopen(shop.server.http_url + "/metrics", timeout=30) as answer:
+        text = answer.read().decode()
+    samples = {
+        (s.name, s.labels.get("view"), s.labels.get("state")): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name.startswith("magnetar_view_")
+    }
+    for name in ("byuser", "byamount"):
+        states = {st: v for (n, view, st), v in samples.items() if view == name and st}
+        assert states["LIVE"] == 1 and sum(states.values()) == 1, states
+        assert "BOOTSTRAPPING" in states and "FAILED" in states  # the whole state set
+        assert samples[("magnetar_view_bootstrap_progress", name, None)] == 1.0
+        assert samples[("magnetar_view_lag_events", name, None)] == 0
+        assert samples[("magnetar_view_lag_seconds", name, None)] == 0
+        assert samples[("magnetar_view_unparsed_messages_total", name, None)] == 0

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from magnetar.testing.server import REPO
 from magnetar.views.errors import InvalidViewError, TransformError
 from magnetar.views.model import ViewDefinition, key_text
 from magnetar.views.transform import fold, key_values, load_function
@@ -68,11 +69,12 @@ def test_key_columns_resolve_in_data_then_columns() -> None:
 
 
 def test_load_function_errors_are_clear() -> None:
-    assert load_function("tests.views.transforms:balance") is balance
+    roots = [REPO]
+    assert load_function("tests.views.transforms:balance", roots=roots) is balance
     with pytest.raises(InvalidViewError, match="cannot import"):
-        load_function("tests.views.transforms:missing")
+        load_function("tests.views.transforms:missing", roots=roots)
     with pytest.raises(InvalidViewError, match="not callable"):
-        load_function("tests.views.transforms:NOT_CALLABLE")
+        load_function("tests.views.transforms:NOT_CALLABLE", roots=roots)
 
 
 @pytest.mark.parametrize(

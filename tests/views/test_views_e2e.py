@@ -17,7 +17,7 @@ import pytest
 
 from magnetar.cli import main
 from magnetar.cli.rest import AdminCallError, RestClient
-from magnetar.testing.server import StandaloneProcess
+from magnetar.testing.server import REPO, StandaloneProcess
 from tests.views import helpers as h
 
 pytestmark = pytest.mark.slow
@@ -75,7 +75,7 @@ def world(
 ) -> Iterator[World]:
     args = ["--segment-max-entries", "25", "--offload-deletion-lag-ms", "0"]
     args += ["--offload-check-interval", "0.2", "--spark-master", "local[2]"]
-    args += ["--views-max-batch-events", "1000"]
+    args += ["--views-max-batch-events", "1000", "--views-python-path", str(REPO)]
     server = StandaloneProcess(tmp_path_factory.mktemp("views"), extra_args=args)
     server.startup_timeout = 120
     server.start()
