@@ -4,30 +4,30 @@ Pulsar's ``peek``/``examinemessage`` answer one raw message with its metadata in
 the console wants a page of them, decoded. Query: ``position=newest`` (default: the last
 ``limit`` messages), ``earliest`` or an offset; or ``time=MS`` (the first message published
 at or after it); ``limit`` (1..500, default 20). Each message comes with its offset, Pulsar
-message id, times, key, properties, producer and value, decoded by the topic's schema: JSON
-(``encoding: json``), text (``text``) or, for bytes that are neither, base64 (``base64``).
+message id, times, key, properties, producer and value, decoded by the topic's schema (the
+version the message was written with) — see :mod:`magnetar.http.values` for the encodings:
+JSON, Avro records, Pulsar's primitive schemas, text, and base64 where nothing better exists.
 
 Read-only: it moves no cursor and changes nothing.
 """
 
 from __future__ import annotations
 
-import base64
-import json
 from typing import Any
 
 from aiohttp import web
 
 from magnetar.broker import Broker
 from magnetar.broker.errors import InvalidRequestError, TopicNotFoundError
+from magnetar.broker.schemas import SchemaInfo
 from magnetar.broker.topic import Topic
 from magnetar.core import formats
 from magnetar.core.entries import Entry
 from magnetar.http.routes import Route, ok
 from magnetar.http.topics import topic_of
+from magnetar.http.values import decode, parse_avro
 
 MAX_LIMIT = 500
-TEXT_TYPES = ("STRING", "JSON")
 
 
 def routes(broker: Broker) -> list[Route]:
@@ -40,9 +40,9 @@ def routes(broker: Broker) -> list[Route]:
         if not 0 < limit <= MAX_LIMIT:
             raise InvalidRequestError(f"limit must be in 1..{MAX_LIMIT}, got {limit}")
         start = await _start(topic, request.query, limit)
-        found = await broker.schemas.get(name.path)
-        schema = found[1].type if found else "NONE"
-        rows = await _read(topic, start, limit, schema)
+        versions = await broker.schemas.versions(name.path)
+        schema = versions[-1].type if versions else "NONE"
+        rows = await _read(topic, start, limit, Decoder(versions))
         ledger = topic.ledger
         return ok(
             {
@@ -82,7 +82,31 @@ async def _start(topic: Topic, query: Any, limit: int) -> int:
     return max(ledger.start_offset, _int(position, "position"))
 
 
-async def _read(topic: Topic, start: int, limit: int, schema: str) -> list[dict[str, Any]]:
+class Decoder:
+    """Decodes values with the schema version each message names (the newest when it
+    names none); Avro schemas are parsed once per request."""
+
+    def __init__(self, versions: list[SchemaInfo]) -> None:
+        self.versions = versions
+        self._avro: dict[int, Any] = {}
+
+    def __call__(self, raw: bytes, version: int | None) -> tuple[Any, str]:
+        if not self.versions:
+            return decode(raw, "NONE")
+        v = version if version is not None and 0 <= version < len(self.versions) else -1
+        v = v % len(self.versions)
+        info = self.versions[v]
+        if info.type != "AVRO":
+            return decode(raw, info.type)
+        if v not in self._avro:
+            try:
+                self._avro[v] = parse_avro(info.data)
+            except ValueError:
+                self._avro[v] = None  # shown as base64
+        return decode(raw, "AVRO", self._avro[v])
+
+
+async def _read(topic: Topic, start: int, limit: int, decoder: Decoder) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     offset, end = start, topic.ledger.end_offset
     while len(out) < limit and offset < end:
@@ -90,12 +114,12 @@ async def _read(topic: Topic, start: int, limit: int, schema: str) -> list[dict[
         if not entries:
             break
         for entry in entries:
-            out += _messages(topic, entry, offset, schema)
+            out += _messages(topic, entry, offset, decoder)
             offset = entry.next_offset
     return out[:limit]
 
 
-def _messages(topic: Topic, entry: Entry, start: int, schema: str) -> list[dict[str, Any]]:
+def _messages(topic: Topic, entry: Entry, start: int, decoder: Decoder) -> list[dict[str, Any]]:
     rows = formats.unpack(entry.format, entry.payload)
     out = []
     for i, row in enumerate(rows):
@@ -103,7 +127,7 @@ def _messages(topic: Topic, entry: Entry, start: int, schema: str) -> list[dict[
         if offset < start:
             continue
         mid = topic.ledger.message_id(entry, i if row.batch_size >= 0 else -1)
-        value, encoding = decode(row.value, schema)
+        value, encoding = decoder(row.value, row.schema_version)
         out.append(
             {
                 "offset": offset,
@@ -121,17 +145,3 @@ def _messages(topic: Topic, entry: Entry, start: int, schema: str) -> list[dict[
             }
         )
     return out
-
-
-def decode(raw: bytes, schema: str) -> tuple[Any, str]:
-    """A value as the console shows it: JSON, text, or base64 for other bytes."""
-    try:
-        text = raw.decode()
-    except UnicodeDecodeError:
-        return base64.b64encode(raw).decode(), "base64"
-    if schema == "JSON" or (schema not in TEXT_TYPES and text[:1] in "{["):
-        try:
-            return json.loads(text), "json"
-        except ValueError:
-            pass
-    return text, "text"

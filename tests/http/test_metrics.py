@@ -4,8 +4,10 @@ delivered and acknowledged."""
 
 from __future__ import annotations
 
+import shutil
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import pulsar
 import pytest
@@ -178,3 +180,75 @@ def test_topic_level_off_sums_per_namespace_and_counts_offload(
     # no series carries a topic or subscription label
     assert not [k for k in s if any(label == "topic" for label, _ in k[1])]
     assert "pulsar_subscription_back_log" not in names(s)
+
+
+@pytest.fixture(scope="module")
+def broken_tier(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[StandaloneProcess, Path]]:
+    """A standalone whose object store is a directory we can break (and mend) under it."""
+    tier = tmp_path_factory.mktemp("tier")
+    yield from (
+        (server, tier)
+        for server in run_standalone(
+            tmp_path_factory,
+            "--tier-url",
+            f"file://{tier}",
+            "--segment-max-entries",
+            "10",
+            "--offload-check-interval",
+            "0.2",
+        )
+    )
+
+
+def test_offload_lag_grows_while_the_object_store_fails_then_clears(
+    broken_tier: tuple[StandaloneProcess, Path],
+) -> None:
+    """``magnetar_offload_lag_bytes``/``_seconds``: segments due for offload that cannot go
+    (the object store's directory became a file) show as lag, growing with their wait; once
+    the store works again the sweep offloads them and both go back to 0 (issue 19)."""
+    server, tier = broken_tier
+    shutil.rmtree(tier)
+    tier.write_text("not a directory: every object write fails")
+    topic = f"persistent://public/default/{unique('stuck')}"
+    client = pulsar.Client(server.pulsar_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    try:
+        producer = client.create_producer(topic, batching_enabled=False)
+        for i in range(25):
+            producer.send(b"x%d" % i)
+        producer.close()
+    finally:
+        client.close()
+    admin = AdminHttp(server.http_url)
+    local = topic.removeprefix("persistent://")
+    assert admin.ok("PUT", f"/admin/v2/persistent/{local}/offload") == {"segments": 2}
+    mine = {"namespace": "public/default", "topic": topic}
+
+    def lagging(above: float) -> Samples | None:
+        s = scrape(server)
+        seconds = value(s, "magnetar_offload_lag_seconds", **mine) or 0
+        return s if seconds > above else None
+
+    s = wait_until(lambda: lagging(0), "offload lag in seconds above 0")
+    first = value(s, "magnetar_offload_lag_seconds", **mine)
+    # the two closed segments (10 entries each) wait: their bytes, all of them
+    ledgers = admin.get(f"/admin/v2/persistent/{local}/internalStats")["ledgers"]
+    closed = sum(int(seg["size"]) for seg in ledgers[:-1])
+    assert len(ledgers) == 3 and closed > 0
+    assert value(s, "magnetar_offload_lag_bytes", **mine) == closed
+    assert value(s, "magnetar_offload_segments_total", **mine) == 0
+    offload = f"/admin/v2/persistent/{local}/offload"
+    wait_until(lambda: admin.get(offload)["lastError"], "the failed offload's error")
+    wait_until(lambda: lagging(first + 0.5), "offload lag growing while the store fails")
+
+    tier.unlink()
+    tier.mkdir()
+
+    def cleared() -> Samples | None:
+        s = scrape(server)
+        return s if value(s, "magnetar_offload_segments_total", **mine) == 2 else None
+
+    s = wait_until(cleared, "both segments offloaded once the store works", timeout=60)
+    assert value(s, "magnetar_offload_lag_bytes", **mine) == 0
+    assert value(s, "magnetar_offload_lag_seconds", **mine) == 0
