@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import faulthandler
 import json
 import os
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -257,6 +259,9 @@ def _admin(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    # `kill -USR1 PID` prints every thread's stack to stderr (as jstack does for a JVM):
+    # what a hung server is waiting on, without stopping it
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     if args.command == "admin":
         args.handler = _admin
     try:

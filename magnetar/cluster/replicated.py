@@ -1024,9 +1024,13 @@ class _Tail:
             self.head = 0
 
     def read(self, offset: int, max_entries: int, max_bytes: int) -> list[Entry] | None:
-        """Entries from the one holding ``offset``, or None when it is older than the tail."""
+        """Entries from the one holding ``offset``, or None when it is older than the tail;
+        [] when it is newer than the last confirmed entry (an append still in flight has its
+        offsets, not yet its acknowledgement: nothing to read there yet)."""
         if self.head >= len(self.entries) or offset < self.bases[self.head]:
             return None
+        if offset >= self.entries[-1].next_offset:
+            return []
         i = bisect.bisect_right(self.bases, offset, lo=self.head) - 1
         out: list[Entry] = []
         size = 0

@@ -4,6 +4,7 @@ topic's ledger and serves it, with nothing acknowledged lost and nothing duplica
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -14,7 +15,13 @@ import requests
 
 from magnetar.testing.zookeeper import ZooKeeperProcess
 from tests.cluster.conftest import Cluster, wait_for
-from tests.cluster.test_replicated_ledgers import Publisher, check_history, read_all
+from tests.cluster.test_replicated_ledgers import (
+    KafkaPublisher,
+    Publisher,
+    check_history,
+    consume_all,
+    read_all,
+)
 
 pytestmark = pytest.mark.slow
 TOPIC = "persistent://public/default/failover"
@@ -29,6 +36,65 @@ def two_brokers(zookeeper: ZooKeeperProcess, tmp_path: Path) -> Cluster:
     cluster.add_broker()
     cluster.add_broker()
     return cluster
+
+
+def _kafka_topic_beside(topic: str) -> str:
+    """A Kafka topic name in the same bundle as ``topic``: served by the same broker."""
+    from magnetar.broker.ownership import bundle_of
+    from magnetar.core.names import TopicName
+
+    want = bundle_of(TopicName.parse(topic))
+    return next(
+        f"beside-{i}"
+        for i in range(1000)
+        if bundle_of(TopicName.parse(f"persistent://public/default/beside-{i}")) == want
+    )
+
+
+class AckingConsumer:
+    """A Shared consumer of a durable subscription, in a thread: receives and acknowledges
+    everything, noting when each message was first acknowledged and what came again."""
+
+    def __init__(self, url: str, topic: str, subscription: str) -> None:
+        self.client = pulsar.Client(url, operation_timeout_seconds=10)
+        self.consumer = self.client.subscribe(
+            topic,
+            subscription,
+            consumer_type=pulsar.ConsumerType.Shared,
+            initial_position=pulsar.InitialPosition.Earliest,
+        )
+        self.received: set[bytes] = set()
+        self.acked: set[bytes] = set()
+        self.acked_at: dict[bytes, float] = {}
+        self.redelivered: set[bytes] = set()
+        self._stop = False
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop:
+            try:
+                message = self.consumer.receive(500)
+            except pulsar.Timeout:
+                continue
+            except pulsar.PulsarException:
+                time.sleep(0.1)  # reconnecting: the client retries on its own
+                continue
+            value = message.data()
+            if value in self.received:
+                self.redelivered.add(value)
+            self.received.add(value)
+            self.consumer.acknowledge(message)
+            self.acked.add(value)
+            self.acked_at.setdefault(value, time.monotonic())
+
+    def start(self) -> AckingConsumer:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop = True
+        self.thread.join(10)
+        self.client.close()
 
 
 def _owner(http_url: str, topic: str) -> str:
@@ -49,8 +115,13 @@ def test_one_owner_per_topic_and_failover_loses_nothing(two_brokers: Cluster) ->
             == 204
         )
         service = f"{first.pulsar_url},{second.pulsar_url}".replace(",pulsar://", ",")
+        bootstrap = f"127.0.0.1:{first.kafka_port},127.0.0.1:{second.kafka_port}"
         pub = Publisher(service, TOPIC).start()
+        reader = AckingConsumer(service, TOPIC, "resume").start()
+        kafka = KafkaPublisher(bootstrap, _kafka_topic_beside(TOPIC)).start()
         wait_for(lambda: len(pub.acked) >= 2000, 60, "2000 acknowledged messages")
+        wait_for(lambda: len(kafka.acked) >= 2000, 60, "2000 acknowledged Kafka records")
+        wait_for(lambda: len(reader.acked) >= 1000, 60, "1000 messages consumed")
         owner_url = _owner(first.http_url, TOPIC)
         assert owner_url == _owner(second.http_url, TOPIC), "two brokers disagree on the owner"
         owner = first if owner_url == first.pulsar_url else second
@@ -64,13 +135,25 @@ def test_one_owner_per_topic_and_failover_loses_nothing(two_brokers: Cluster) ->
         killed_at, first_after = time.monotonic(), pub.sent + 1000  # beyond any queued send
         wait_for(lambda: pub.acked_from(first_after), 60, "publishing to resume elsewhere")
         failover = time.monotonic() - killed_at
-        before = len(pub.acked)
+        before, kafka_before = len(pub.acked), len(kafka.acked)
         wait_for(lambda: len(pub.acked) >= before + 2000, 60, "publishes on the new owner")
+        wait_for(lambda: len(kafka.acked) >= kafka_before + 2000, 60, "Kafka on the new owner")
         pub.stop()
+        kafka.stop()
+        assert not kafka.failed, f"{len(kafka.failed)} Kafka records failed: {kafka.errors[:3]}"
         assert _owner(survivor.http_url, TOPIC) == survivor.pulsar_url
         got = read_all(survivor.pulsar_url, TOPIC, len(pub.acked))
         check_history(got, pub.acked)
         pub.close()
+        check_history(consume_all(bootstrap, kafka.topic, len(kafka.acked)), kafka.acked)
+        # the durable subscription resumes from its cursor on the new owner: it gets every
+        # message, and again only what it acknowledged in the last moments before the kill
+        # (acknowledgements the client had not sent, or the broker had not stored, yet)
+        wait_for(lambda: pub.acked <= reader.received, 60, "the consumer to catch up")
+        reader.stop()
+        late = killed_at - 3
+        again = {v for v in reader.redelivered if reader.acked_at.get(v, late) < late}
+        assert not again, f"{len(again)} messages acknowledged well before the kill came back"
         print(f"failover: first acknowledged publish on the new owner {failover:.1f} s after kill")
     finally:
         cluster.stop()
