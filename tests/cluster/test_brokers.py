@@ -159,6 +159,45 @@ def test_one_owner_per_topic_and_failover_loses_nothing(two_brokers: Cluster) ->
         cluster.stop()
 
 
+def test_a_crashed_owner_is_replaced_before_its_session_ends(
+    zookeeper: ZooKeeperProcess, tmp_path: Path
+) -> None:
+    """kill -9 of the owner with a 20 s ZooKeeper session: its port refuses connections, so
+    the survivor takes its bundles at the next lookup instead of waiting for the session to
+    expire (ownership's fast takeover). Pulsar and Kafka publishing resume while the dead
+    broker is still registered; nothing acknowledged is lost or stored twice."""
+    url = zookeeper.url(f"/crash-{uuid.uuid4().hex[:8]}") + "?sessionTimeoutMs=20000"
+    cluster = Cluster(tmp_path, url)
+    try:
+        for _ in range(3):
+            cluster.add_node()
+        first, second = cluster.add_broker(), cluster.add_broker()
+        http = f"{first.http_url}/admin/v2/namespaces/public/default/deduplication"
+        assert requests.post(http, json=True).status_code == 204
+        service = f"{first.pulsar_url},{second.pulsar_url}".replace(",pulsar://", ",")
+        bootstrap = f"127.0.0.1:{first.kafka_port},127.0.0.1:{second.kafka_port}"
+        pub = Publisher(service, TOPIC).start()
+        kafka = KafkaPublisher(bootstrap, _kafka_topic_beside(TOPIC)).start()
+        wait_for(lambda: len(pub.acked) >= 1000 and len(kafka.acked) >= 1000, 60, "publishing")
+        owner = first if _owner(first.http_url, TOPIC) == first.pulsar_url else second
+        survivor = second if owner is first else first
+        owner.kill()
+        first_after, kafka_before = pub.sent + 1000, len(kafka.acked)
+        wait_for(lambda: pub.acked_from(first_after), 60, "Pulsar publishing to resume")
+        wait_for(lambda: len(kafka.acked) > kafka_before + 1000, 60, "Kafka publishing to resume")
+        registered = requests.get(f"{survivor.http_url}/admin/v2/brokers").json()
+        assert len(registered) == 2, "resumed only once the dead broker's session had ended"
+        assert any("before its session ends" in line for line in survivor.output)
+        pub.stop()
+        kafka.stop()
+        assert not pub.failed and not kafka.failed, kafka.errors[:3]
+        check_history(read_all(survivor.pulsar_url, TOPIC, len(pub.acked)), pub.acked)
+        pub.close()
+        check_history(consume_all(bootstrap, kafka.topic, len(kafka.acked)), kafka.acked)
+    finally:
+        cluster.stop()
+
+
 def test_a_frozen_owner_is_replaced_and_acknowledges_nothing_after_it_wakes(
     two_brokers: Cluster,
 ) -> None:
