@@ -90,7 +90,9 @@ class Standalone:
             if isinstance(storage, ReplicatedStorage):  # several brokers may serve the cluster
                 kafka_node = await _kafka_node_id(settings, meta)
                 me = _me(settings, kafka_node)
-                broker.ownership = Ownership(meta, me, on_lost=broker.ownership_lost)
+                broker.ownership = Ownership(
+                    meta, me, on_lost=broker.ownership_lost, load=partial(_load, broker)
+                )
                 await broker.ownership.start()
             node.offload = OffloadService(broker, interval=settings.offload_check_interval)
             await node.offload.start()
@@ -214,6 +216,12 @@ def _kafka_offset_routes(kafka: KafkaServer) -> list[Route]:
     return [Route("POST", "/magnetar/v1/kafka/offsets", offsets, "Group offsets (brokers)")]
 
 
+def _load(broker: Broker) -> tuple[int, int]:
+    """What this broker handles, for its load report: (topics loaded, messages in + out)."""
+    topics = list(broker.topics.values())
+    return len(topics), sum(t.counters.msgs_in + t.counters.msgs_out for t in topics)
+
+
 def _broker_routes(broker: Broker) -> list[Route]:
     """Pulsar's ``brokers list``: the live brokers of the cluster (this one alone when it
     runs without ZooKeeper ownership)."""
@@ -225,6 +233,13 @@ def _broker_routes(broker: Broker) -> list[Route]:
 
     async def owned(_request: web.Request) -> web.Response:
         return ok(broker.ownership.describe() if broker.ownership else {"bundles": []})
+
+    async def load_report(_request: web.Request) -> web.Response:
+        if broker.ownership is None:
+            topics, _ = _load(broker)
+            return ok({"topics": topics, "msgRate": None, "bundles": 1})
+        report = broker.ownership.load.to_json()
+        return ok({**report, "bundles": len(broker.ownership.owned)})
 
     async def bundles(request: web.Request) -> web.Response:
         t, n = request.match_info["tenant"], request.match_info["namespace"]
@@ -266,6 +281,9 @@ def _broker_routes(broker: Broker) -> list[Route]:
         Route("GET", "/admin/v2/brokers", listing, "Live brokers"),
         Route("GET", "/admin/v2/brokers/{cluster}", listing, "Live brokers of a cluster"),
         Route("GET", "/admin/v2/broker-stats/ownership", owned, "Bundles this broker owns"),
+        Route(
+            "GET", "/admin/v2/broker-stats/load-report", load_report, "This broker's load report"
+        ),
     ]
 
 

@@ -4,9 +4,16 @@
 A namespace's topics hash (CRC-32 of the topic name) into ``BUNDLES`` equal ranges; a bundle
 is owned by the broker holding the ephemeral node ``/bundles/<tenant>/<ns>/<range>``, which
 goes with its ZooKeeper session. A lookup finds the owner, or — when there is none — picks
-the live broker owning fewest bundles (this one on a tie) and, when it is this broker (or the
-client was sent here authoritatively), takes the bundle. Each live broker holds the ephemeral
+the least loaded live broker (this one on a tie) and, when it is this broker (or the client
+was sent here authoritatively), takes the bundle. Each live broker holds the ephemeral
 ``/brokers/<id>`` with its URLs.
+
+**Load** (the placement policy): every ``LOAD_REPORT_S`` each broker writes its load report,
+the ephemeral ``/loadbalance/brokers/<id>``: topics loaded and messages per second in and
+out over the last interval. A broker's load is ``bundles owned + topics / 100 + msgs/s /
+10,000``: a bundle counts one, a hundred topics or 10,000 msgs/s count as much as a bundle.
+Only new placements follow it (a bundle moves later only when unloaded), as Pulsar's
+default least-loaded placement does without its shedder.
 
 A broker whose session is lost stops serving every topic at once (the callback), before the
 server expires the session and another broker can take the bundles; if it was frozen
@@ -51,6 +58,10 @@ FULL = 1 << 32
 TAKEOVERS = "/bundle-takeovers"  # ephemeral locks: one broker takes a dead owner's bundle
 PROBE_TIMEOUT_S = 0.5  # connecting to a live broker's port takes far less on any network
 ALIVE_CACHE_S = 1.0  # a broker that answered is not probed again for this long
+LOAD_REPORTS = "/loadbalance/brokers"
+LOAD_REPORT_S = 5.0
+TOPICS_PER_BUNDLE = 100  # this many topics weigh as much as one bundle ...
+RATE_PER_BUNDLE = 10_000.0  # ... and so many messages/s (in + out)
 
 
 class NotOwnerError(BrokerError):
@@ -84,6 +95,31 @@ class BrokerInfo:
         )  # fmt: skip
 
 
+@dataclass(frozen=True, slots=True)
+class LoadReport:
+    """What a broker handles (``/loadbalance/brokers/<id>``)."""
+
+    topics: int = 0
+    msg_rate: float = 0.0  # messages/s in + out over the last report interval
+    at_ms: int = 0
+
+    def weight(self) -> float:
+        """Its share of a broker's load, in bundles."""
+        return self.topics / TOPICS_PER_BUNDLE + self.msg_rate / RATE_PER_BUNDLE
+
+    def to_json(self) -> dict[str, Any]:
+        return {"topics": self.topics, "msgRate": self.msg_rate, "timestamp": self.at_ms}
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> LoadReport:
+        raw = json.loads(data)
+        return cls(int(raw["topics"]), float(raw["msgRate"]), int(raw["timestamp"]))
+
+
+# what a broker counts for its load report: (topics loaded, messages in + out so far)
+LoadSource = Callable[[], tuple[int, int]]
+
+
 def bundle_of(name: TopicName, count: int = BUNDLE_COUNT) -> str:
     """The bundle range of ``name`` (a partition hashes by its own name, as in Pulsar)."""
     h = zlib.crc32(str(name).encode()) & 0xFFFFFFFF
@@ -95,11 +131,18 @@ def bundle_of(name: TopicName, count: int = BUNDLE_COUNT) -> str:
 
 class Ownership:
     def __init__(
-        self, meta: MetadataStore, me: BrokerInfo, on_lost: Callable[[], None] | None = None
+        self,
+        meta: MetadataStore,
+        me: BrokerInfo,
+        on_lost: Callable[[], None] | None = None,
+        load: LoadSource | None = None,
     ) -> None:
         self.meta = meta
         self.me = me
         self.on_lost = on_lost
+        self.load_source = load
+        self.load = LoadReport()  # the last report written
+        self._reporter: asyncio.Task[None] | None = None
         self.owned: set[str] = set()  # bundle paths this broker holds
         self.unloading: set[str] = set()  # being handed back: lookups wait, nothing loads
         self._lock = asyncio.Lock()
@@ -108,11 +151,44 @@ class Ownership:
         self.takeovers = 0  # bundles taken from a crashed owner before its session ended
 
     async def start(self) -> None:
-        for path in (BROKERS, BUNDLES, TAKEOVERS):
+        for path in (BROKERS, BUNDLES, TAKEOVERS, "/loadbalance", LOAD_REPORTS):
             with contextlib.suppress(NodeExistsError):
                 await self.meta.put(path, b"", expected_version=-1)
         await self._register()
         self._stop_session = self.meta.on_session(self._session)  # type: ignore[attr-defined]
+        if self.load_source is not None:
+            self._reporter = asyncio.get_running_loop().create_task(self._report_load())
+
+    async def _report_load(self) -> None:
+        assert self.load_source is not None
+        path = f"{LOAD_REPORTS}/{self.me.id}"
+        _, last = self.load_source()
+        last_at = time.monotonic()
+        while True:
+            await asyncio.sleep(LOAD_REPORT_S)
+            topics, total = self.load_source()
+            now = time.monotonic()
+            rate = max(0.0, (total - last) / max(now - last_at, 1e-3))  # unloads count down
+            last, last_at = total, now
+            self.load = LoadReport(topics, round(rate, 1), int(time.time() * 1000))
+            data = json.dumps(self.load.to_json()).encode()
+            try:
+                if await self.meta.get(path) is None:
+                    await self.meta.create_ephemeral(path, data)  # type: ignore[attr-defined]
+                else:
+                    await self.meta.put(path, data)
+            except Exception as e:  # cut off from ZooKeeper: the next round tries again
+                log.debug("broker %s: load report not written: %s", self.me.id, e)
+
+    async def loads(self) -> dict[str, LoadReport]:
+        """The last load report of every broker that wrote one."""
+        out = {}
+        for child in await self.meta.list_children(LOAD_REPORTS):
+            node = await self.meta.get(f"{LOAD_REPORTS}/{child}")
+            if node is not None and node.value:
+                with contextlib.suppress(ValueError, KeyError):
+                    out[child] = LoadReport.from_bytes(node.value)
+        return out
 
     async def _register(self) -> None:
         path = f"{BROKERS}/{self.me.id}"
@@ -188,7 +264,12 @@ class Ownership:
         live = [
             b for b in brokers if b.id in counts and (b.id == self.me.id or await self.alive(b))
         ] or [self.me]
-        return min(live, key=lambda b: (counts.get(b.id, 0), b.id != self.me.id, b.id))
+        loads = await self.loads()
+
+        def load(b: BrokerInfo) -> float:
+            return counts.get(b.id, 0) + loads.get(b.id, LoadReport()).weight()
+
+        return min(live, key=lambda b: (load(b), b.id != self.me.id, b.id))
 
     async def acquire(self, name: TopicName) -> BrokerInfo:
         """Take ``name``'s bundle unless someone holds it; the owner either way."""
@@ -305,6 +386,8 @@ class Ownership:
     def close(self) -> None:
         if self._stop_session is not None:
             self._stop_session()
+        if self._reporter is not None:
+            self._reporter.cancel()
 
     def describe(self) -> dict[str, Any]:
         return {"id": self.me.id, "bundles": sorted(self.owned)}

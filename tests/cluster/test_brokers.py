@@ -446,3 +446,49 @@ def test_a_named_listener_is_answered_with_the_owner_address_on_it(
         owner.close()
     finally:
         cluster.stop()
+
+
+def _in_another_bundle(*taken: str) -> str:
+    """A topic of public/default in a bundle none of ``taken`` falls in."""
+    from magnetar.broker.ownership import bundle_of
+    from magnetar.core.names import TopicName
+
+    used = {bundle_of(TopicName.parse(t)) for t in taken}
+    return next(
+        f"persistent://public/default/placed-{i}"
+        for i in range(1000)
+        if bundle_of(TopicName.parse(f"persistent://public/default/placed-{i}")) not in used
+    )
+
+
+def test_a_new_bundle_goes_to_the_broker_with_less_traffic(two_brokers: Cluster) -> None:
+    """Each broker owns one bundle; the first's carries a stream, the second's nothing. A
+    third bundle, looked up through the first, goes to the second: bundle counts tie, the
+    load reports (msgs/s) decide — where fewest-bundles alone would keep it on the first."""
+    cluster = two_brokers
+    try:
+        first, second = cluster.brokers
+        busy = "persistent://public/default/busy"
+        idle = _in_another_bundle(busy)
+        assert _owner(first.http_url, busy) == first.pulsar_url  # HTTP lookups take it here
+        assert _owner(second.http_url, idle) == second.pulsar_url
+        pub = Publisher(first.pulsar_url, busy).start()
+        report = f"{first.http_url}/admin/v2/broker-stats/load-report"
+        loaded = wait_for(
+            lambda: (r := requests.get(report).json())["msgRate"] > 100 and r,
+            30,
+            "the first broker to report its traffic",
+        )
+        assert loaded["topics"] >= 1 and loaded["bundles"] == 1
+        third = _in_another_bundle(busy, idle)
+        client = pulsar.Client(first.pulsar_url, operation_timeout_seconds=30)
+        try:  # a Pulsar lookup through the first broker (not authoritative): placed by load
+            client.create_producer(third).send(b"placed")
+        finally:
+            client.close()
+        assert _owner(first.http_url, third) == second.pulsar_url
+        pub.stop()
+        assert not pub.failed
+        pub.close()
+    finally:
+        cluster.stop()
