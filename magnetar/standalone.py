@@ -18,8 +18,9 @@ from functools import partial
 from aiohttp import ClientSession, web
 
 from magnetar.broker import Broker, BrokerSettings
+from magnetar.broker.errors import InvalidRequestError
 from magnetar.broker.offload import OffloadService
-from magnetar.broker.ownership import BrokerInfo, Ownership
+from magnetar.broker.ownership import BrokerInfo, Ownership, parse_range
 from magnetar.broker.retention import RetentionService
 from magnetar.cluster.replicated import ReplicatedStorage
 from magnetar.core.config import Settings, parse_listeners
@@ -247,7 +248,7 @@ def _broker_routes(broker: Broker) -> list[Route]:
         if broker.ownership is None:
             return ok({"numBundles": 1, "bundles": {"0x00000000_0xffffffff": request.host}})
         owners = {}
-        for b in broker.ownership.bundles(t, n):
+        for b in await broker.ownership.bundles(t, n):
             node = await broker.meta.get(f"/bundles/{t}/{n}/{b}")
             owners[b] = BrokerInfo.from_bytes(node.value).id if node and node.value else None
         return ok({"numBundles": len(owners), "bundles": owners})
@@ -257,7 +258,7 @@ def _broker_routes(broker: Broker) -> list[Route]:
         await broker.namespaces.policies(t, n)
         bundle = request.match_info.get("bundle")
         if broker.ownership is not None and bundle is None:  # the others unload theirs
-            for b in broker.ownership.bundles(t, n):
+            for b in await broker.ownership.bundles(t, n):
                 node = await broker.meta.get(f"/bundles/{t}/{n}/{b}")
                 owner = BrokerInfo.from_bytes(node.value) if node and node.value else None
                 if owner is not None and owner.id != broker.ownership.me.id:
@@ -273,11 +274,32 @@ def _broker_routes(broker: Broker) -> list[Route]:
         await broker.unload_namespace(t, n, bundle)
         return web.Response(status=204)
 
+    async def split(request: web.Request) -> web.Response:
+        t, n = request.match_info["tenant"], request.match_info["namespace"]
+        await broker.namespaces.policies(t, n)
+        bundle = request.match_info["bundle"]
+        if broker.ownership is None:
+            raise InvalidRequestError(
+                "this standalone serves each namespace as one bundle: bundles are split on "
+                "the brokers of a cluster (magnetar broker)"
+            )
+        try:
+            parse_range(bundle)
+        except ValueError as e:
+            raise InvalidRequestError(str(e)) from None
+        node = await broker.meta.get(f"/bundles/{t}/{n}/{bundle}")
+        owner = BrokerInfo.from_bytes(node.value) if node and node.value else None
+        if owner is not None and owner.id != broker.ownership.me.id:
+            raise web.HTTPTemporaryRedirect(f"{owner.http}{request.path_qs}")
+        halves = await broker.ownership.split(t, n, bundle)
+        return ok({"bundles": halves})
+
     ns = "/admin/v2/namespaces/{tenant}/{namespace}"
     return [
         Route("GET", ns + "/bundles", bundles, "Bundles and their owners"),
         Route("PUT", ns + "/unload", unload, "Hand every bundle to the next lookup"),
         Route("PUT", ns + "/{bundle}/unload", unload, "Hand one bundle to the next lookup"),
+        Route("PUT", ns + "/{bundle}/split", split, "Split a bundle in two equal halves"),
         Route("GET", "/admin/v2/brokers", listing, "Live brokers"),
         Route("GET", "/admin/v2/brokers/{cluster}", listing, "Live brokers of a cluster"),
         Route("GET", "/admin/v2/broker-stats/ownership", owned, "Bundles this broker owns"),

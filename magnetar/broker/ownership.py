@@ -15,6 +15,15 @@ out over the last interval. A broker's load is ``bundles owned + topics / 100 + 
 Only new placements follow it (a bundle moves later only when unloaded), as Pulsar's
 default least-loaded placement does without its shedder.
 
+**Split** (Pulsar's ``range_equally_divide``): the owner of a bundle divides its range in two
+halves. It takes both halves' nodes, then writes the namespace's new boundaries
+(``/bundle-boundaries/<tenant>/<ns>``, a compare-and-set), then deletes the old node; its
+loaded topics stay where they are (both halves are its own), and each half can be unloaded on
+its own afterwards. Every lookup reads the boundaries afresh, and a broker that took a bundle
+checks after creating its node that the range is still one of the namespace's bundles
+(else it gives the node back and the client retries), so a lookup racing a split cannot
+leave two owners of overlapping ranges.
+
 A broker whose session is lost stops serving every topic at once (the callback), before the
 server expires the session and another broker can take the bundles; if it was frozen
 instead and wakes up late, storage fencing refuses its writes.
@@ -33,7 +42,9 @@ the old owner's writes (the new owner recovers and fences each ledger before wri
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
+import itertools
 import json
 import logging
 import time
@@ -44,6 +55,7 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 from magnetar.broker.errors import BrokerError
+from magnetar.broker.errors import NotFoundError as BrokerNotFoundError
 from magnetar.core.names import TopicName
 from magnetar.meta import MetadataStore
 from magnetar.meta.base import SessionState
@@ -53,6 +65,7 @@ log = logging.getLogger(__name__)
 
 BROKERS = "/brokers"
 BUNDLES = "/bundles"
+BOUNDARIES = "/bundle-boundaries"  # <tenant>/<ns>: JSON list, once a bundle was split
 BUNDLE_COUNT = 4  # Pulsar's defaultNumberOfNamespaceBundles
 FULL = 1 << 32
 TAKEOVERS = "/bundle-takeovers"  # ephemeral locks: one broker takes a dead owner's bundle
@@ -62,6 +75,12 @@ LOAD_REPORTS = "/loadbalance/brokers"
 LOAD_REPORT_S = 5.0
 TOPICS_PER_BUNDLE = 100  # this many topics weigh as much as one bundle ...
 RATE_PER_BUNDLE = 10_000.0  # ... and so many messages/s (in + out)
+
+
+class BundleNotFoundError(BrokerNotFoundError):
+    """No such bundle in the namespace (a split names one of its current ranges)."""
+
+    code = "broker.bundle_not_found"
 
 
 class NotOwnerError(BrokerError):
@@ -121,12 +140,33 @@ LoadSource = Callable[[], tuple[int, int]]
 
 
 def bundle_of(name: TopicName, count: int = BUNDLE_COUNT) -> str:
-    """The bundle range of ``name`` (a partition hashes by its own name, as in Pulsar)."""
-    h = zlib.crc32(str(name).encode()) & 0xFFFFFFFF
+    """The bundle range of ``name`` among ``count`` equal bundles (a partition hashes by its
+    own name, as in Pulsar)."""
+    return bundle_in(name, equal_boundaries(count))
+
+
+def equal_boundaries(count: int = BUNDLE_COUNT) -> list[int]:
     size = FULL // count
-    i = min(h // size, count - 1)
-    lo, hi = i * size, FULL if i == count - 1 else (i + 1) * size
+    return [i * size for i in range(count)] + [FULL]
+
+
+def bundle_in(name: TopicName, boundaries: list[int]) -> str:
+    """The bundle range of ``name`` under a namespace's ``boundaries`` (sorted, 0 .. FULL)."""
+    h = zlib.crc32(str(name).encode()) & 0xFFFFFFFF
+    i = bisect.bisect_right(boundaries, h) - 1
+    return range_name(boundaries[i], boundaries[i + 1])
+
+
+def range_name(lo: int, hi: int) -> str:
     return f"0x{lo:08x}_0x{hi:08x}"
+
+
+def parse_range(text: str) -> tuple[int, int]:
+    """``0x00000000_0x40000000`` as (lo, hi); ValueError for anything else."""
+    lo, sep, hi = text.partition("_")
+    if not sep or not lo.startswith("0x") or not hi.startswith("0x"):
+        raise ValueError(f"not a bundle range: {text!r} (expected 0xLO_0xHI, hex)")
+    return int(lo, 16), int(hi, 16)
 
 
 class Ownership:
@@ -148,10 +188,11 @@ class Ownership:
         self._lock = asyncio.Lock()
         self._stop_session: Callable[[], None] | None = None
         self._answered: dict[str, float] = {}  # broker id -> when its port last accepted
+        self._bounds: dict[tuple[str, str], list[int]] = {}  # last read, per namespace
         self.takeovers = 0  # bundles taken from a crashed owner before its session ended
 
     async def start(self) -> None:
-        for path in (BROKERS, BUNDLES, TAKEOVERS, "/loadbalance", LOAD_REPORTS):
+        for path in (BROKERS, BUNDLES, BOUNDARIES, TAKEOVERS, "/loadbalance", LOAD_REPORTS):
             with contextlib.suppress(NodeExistsError):
                 await self.meta.put(path, b"", expected_version=-1)
         await self._register()
@@ -225,12 +266,25 @@ class Ownership:
                 out.append(BrokerInfo.from_bytes(node.value))
         return out
 
-    @staticmethod
-    def bundle_path(name: TopicName) -> str:
-        return f"{BUNDLES}/{name.tenant}/{name.namespace}/{bundle_of(name)}"
+    def bundle_path(self, name: TopicName) -> str:
+        """The ownership node of ``name``'s bundle, under the boundaries last read (every
+        lookup reads them first; see :meth:`boundaries`)."""
+        bounds = self._bounds.get((name.tenant, name.namespace)) or equal_boundaries()
+        return f"{BUNDLES}/{name.tenant}/{name.namespace}/{bundle_in(name, bounds)}"
+
+    async def boundaries(self, tenant: str, namespace: str) -> list[int]:
+        """The namespace's bundle boundaries, read afresh (and remembered)."""
+        node = await self.meta.get(f"{BOUNDARIES}/{tenant}/{namespace}")
+        bounds = json.loads(node.value) if node is not None and node.value else equal_boundaries()
+        self._bounds[(tenant, namespace)] = bounds
+        return list(bounds)
+
+    async def _fresh_path(self, name: TopicName) -> str:
+        await self.boundaries(name.tenant, name.namespace)
+        return self.bundle_path(name)
 
     async def owner(self, name: TopicName) -> BrokerInfo | None:
-        node = await self.meta.get(self.bundle_path(name))
+        node = await self.meta.get(await self._fresh_path(name))
         return BrokerInfo.from_bytes(node.value) if node is not None and node.value else None
 
     async def lookup(
@@ -239,7 +293,7 @@ class Ownership:
         """(broker, True) when that broker owns ``name``; (broker, False) when nobody does
         and that other broker should take it (send the client there, authoritatively). An
         unowned topic whose choice is this broker, or an authoritative lookup, takes it."""
-        if self.bundle_path(name) in self.unloading:
+        if await self._fresh_path(name) in self.unloading:
             raise NotOwnerError(f"the bundle of {name} is being unloaded; look it up again")
         owner = await self.owner(name)
         if owner is not None and owner.id != self.me.id and not await self.alive(owner):
@@ -273,7 +327,7 @@ class Ownership:
 
     async def acquire(self, name: TopicName) -> BrokerInfo:
         """Take ``name``'s bundle unless someone holds it; the owner either way."""
-        path = self.bundle_path(name)
+        path = await self._fresh_path(name)
         async with self._lock:
             if path in self.owned:
                 return self.me
@@ -299,9 +353,62 @@ class Ownership:
                     await self.meta.create_ephemeral(path, self.me.to_bytes())  # type: ignore[attr-defined]
                 except NodeExistsError:
                     raise NotOwnerError(f"bundle of {name} is changing hands; retry") from None
+            if await self._fresh_path(name) != path:  # split meanwhile: not a bundle any more
+                with contextlib.suppress(NotFoundError):
+                    await self.meta.delete(path)
+                raise NotOwnerError(f"the bundle of {name} was just split; look it up again")
             self.owned.add(path)
             log.info("broker %s owns bundle %s", self.me.id, path)
             return self.me
+
+    async def split(self, tenant: str, namespace: str, bundle: str) -> list[str]:
+        """Split ``bundle`` (owned here, or taken now if nobody owns it) into two equal
+        halves, both owned here; returns their ranges (see the module doc)."""
+        lo, hi = parse_range(bundle)
+        bounds = await self.boundaries(tenant, namespace)
+        ranges = list(itertools.pairwise(bounds))
+        if (lo, hi) not in ranges:
+            raise BundleNotFoundError(
+                f"{tenant}/{namespace} has no bundle {bundle}; its bundles: "
+                + ", ".join(range_name(a, b) for a, b in ranges)
+            )
+        if hi - lo < 2:
+            raise BundleNotFoundError(f"bundle {bundle} is too small to split")
+        prefix = f"{BUNDLES}/{tenant}/{namespace}"
+        old = f"{prefix}/{bundle}"
+        if old not in self.owned:
+            node = await self.meta.get(old)
+            if node is not None and node.value:
+                owner = BrokerInfo.from_bytes(node.value)
+                if owner.id != self.me.id:
+                    raise NotOwnerError(f"bundle {bundle} is owned by {owner.id}: split it there")
+        mid = lo + (hi - lo) // 2
+        halves = [range_name(lo, mid), range_name(mid, hi)]
+        async with self._lock:
+            for parent in (f"{BUNDLES}/{tenant}", prefix, f"{BOUNDARIES}/{tenant}"):
+                with contextlib.suppress(NodeExistsError):
+                    await self.meta.put(parent, b"", expected_version=-1)
+            taken: list[str] = []
+            try:
+                for half in halves:
+                    await self.meta.create_ephemeral(f"{prefix}/{half}", self.me.to_bytes())  # type: ignore[attr-defined]
+                    taken.append(f"{prefix}/{half}")
+                path = f"{BOUNDARIES}/{tenant}/{namespace}"
+                node = await self.meta.get(path)
+                value = json.dumps(sorted({*bounds, mid})).encode()
+                await self.meta.put(path, value, expected_version=node.stat.version if node else -1)
+            except Exception:
+                for t in taken:
+                    with contextlib.suppress(Exception):
+                        await self.meta.delete(t)
+                raise
+            self.owned.update(taken)
+            self._bounds[(tenant, namespace)] = sorted({*bounds, mid})
+            with contextlib.suppress(NotFoundError):
+                await self.meta.delete(old)
+            self.owned.discard(old)
+        log.info("broker %s split bundle %s/%s into %s", self.me.id, prefix, bundle, halves)
+        return halves
 
     async def alive(self, broker: BrokerInfo) -> bool:
         """False only when ``broker``'s Pulsar port refuses a connection: its process is
@@ -362,13 +469,10 @@ class Ownership:
     def owns(self, name: TopicName) -> bool:
         return self.bundle_path(name) in self.owned
 
-    def bundles(self, tenant: str, namespace: str) -> list[str]:
-        """The bundle ranges of a namespace (Pulsar's boundaries, as ranges)."""
-        size = FULL // BUNDLE_COUNT
-        return [
-            f"0x{i * size:08x}_0x{(FULL if i == BUNDLE_COUNT - 1 else (i + 1) * size):08x}"
-            for i in range(BUNDLE_COUNT)
-        ]
+    async def bundles(self, tenant: str, namespace: str) -> list[str]:
+        """The bundle ranges of a namespace (Pulsar's boundaries, as ranges), read afresh."""
+        bounds = await self.boundaries(tenant, namespace)
+        return [range_name(a, b) for a, b in itertools.pairwise(bounds)]
 
     async def release(self, path: str) -> None:
         """Give one bundle back (after its topics were unloaded)."""

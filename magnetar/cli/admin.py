@@ -131,6 +131,12 @@ NAMESPACES: list[tuple[str, str, list[tuple[list[str], dict[str, Any]]], Action]
         lambda a, r: r.call("PUT", _ns(a, f"/{a.bundle}/unload" if a.bundle else "/unload")),
     ),
     (
+        "split-bundle",
+        "split a bundle in two equal halves, both kept by its owner (pulsar-admin's habit)",
+        [*_NS, (["--bundle", "-b"], {"required": True, "help": "e.g. 0x00000000_0x40000000"})],
+        lambda a, r: r.call("PUT", _ns(a, f"/{a.bundle}/split")),
+    ),
+    (
         "set-retention",
         "keep acknowledged messages for a time and/or size (-1: unlimited)",
         [

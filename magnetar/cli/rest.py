@@ -6,12 +6,15 @@ import http.client
 import json
 import os
 import urllib.error
+import urllib.parse
 import urllib.request
 from typing import Any
 
 from magnetar.core.config import build_settings
 from magnetar.core.errors import MagnetarError
 from magnetar.core.names import TopicName
+
+MAX_REDIRECTS = 5  # 307s followed (a bundle moving twice while asked)
 
 
 class AdminCallError(MagnetarError):
@@ -26,26 +29,36 @@ class RestClient:
         self.timeout = timeout
 
     def call(self, method: str, path: str, body: Any = None) -> Any:
-        """Send one request; returns the decoded JSON answer (None for 204)."""
+        """Send one request; returns the decoded JSON answer (None for 204). A 307/308
+        (another broker owns the topic or bundle) is followed with the same method and body,
+        as pulsar-admin does; urllib itself re-sends only GET and HEAD."""
         data = None if body is None else json.dumps(body).encode()
-        try:
-            request = urllib.request.Request(self.url + path, data=data, method=method)
-        except ValueError:
-            raise AdminCallError(
-                f"--url must be an http(s) URL such as http://localhost:8080, got {self.url!r}"
-            ) from None
-        request.add_header("Content-Type", "application/json")
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                raw = response.read()
-        except urllib.error.HTTPError as e:
-            raise AdminCallError(f"{_reason(e)} (HTTP {e.code} from {method} {path})") from None
-        except (OSError, http.client.HTTPException) as e:  # URLError is an OSError
-            reason = e.reason if isinstance(e, urllib.error.URLError) else str(e)
-            raise AdminCallError(
-                f"cannot reach Magnetar at {self.url} ({reason or type(e).__name__}); is "
-                "`magnetar standalone` running there? Pass --url to point elsewhere"
-            ) from None
+        url = self.url + path
+        for _ in range(MAX_REDIRECTS + 1):
+            try:
+                request = urllib.request.Request(url, data=data, method=method)
+            except ValueError:
+                raise AdminCallError(
+                    f"--url must be an http(s) URL such as http://localhost:8080, got {self.url!r}"
+                ) from None
+            request.add_header("Content-Type", "application/json")
+            try:
+                with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                    raw = response.read()
+                break
+            except urllib.error.HTTPError as e:
+                if e.code in (307, 308) and e.headers.get("Location"):
+                    url = urllib.parse.urljoin(url, e.headers["Location"])
+                    continue
+                raise AdminCallError(f"{_reason(e)} (HTTP {e.code} from {method} {path})") from None
+            except (OSError, http.client.HTTPException) as e:  # URLError is an OSError
+                reason = e.reason if isinstance(e, urllib.error.URLError) else str(e)
+                raise AdminCallError(
+                    f"cannot reach Magnetar at {url} ({reason or type(e).__name__}); is "
+                    "`magnetar standalone` running there? Pass --url to point elsewhere"
+                ) from None
+        else:
+            raise AdminCallError(f"more than {MAX_REDIRECTS} redirects from {method} {path}")
         return _decode(raw, f"{method} {path}")
 
 
