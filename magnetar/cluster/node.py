@@ -92,6 +92,7 @@ class StorageNode:
         self.mode = READ_WRITE
         self._ledgers: dict[int, _Ledger] = {}
         self._fenced: set[int] = set()
+        self._fence_saving = asyncio.Lock()  # one writer of fenced.json at a time
         self._fence_file = settings.data_dir / "fenced.json"
         self._server: asyncio.Server | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -354,7 +355,11 @@ class StorageNode:
             ledger = self._ledgers.get(ledger_id)
             if ledger is not None and ledger.in_flight:  # accepted before the fence
                 await asyncio.gather(*ledger.in_flight.values(), return_exceptions=True)
-            await asyncio.to_thread(self._save_fences)
+            # fences of several ledgers at once (a new owner recovers every topic of a
+            # bundle together) each rewrite the whole file: one at a time, or two writers of
+            # the same temporary file fail each other
+            async with self._fence_saving:
+                await asyncio.to_thread(self._save_fences)
         ledger = self._ledgers.get(ledger_id)
         if ledger is None:
             return Status.OK, LAC.pack(-1, -1)

@@ -611,7 +611,15 @@ class ReplicatedStorage:
             *(self.nodes.call(n, Op.FENCE, LEDGER.pack(lid)) for n in nodes),
             return_exceptions=True,
         )
-        fenced = {n for n, a in zip(nodes, answers, strict=True) if isinstance(a, tuple)}
+        fenced_at = {
+            n: LAC.unpack(a[1])[0]
+            for n, a in zip(nodes, answers, strict=True)
+            if isinstance(a, tuple) and a[0] == Status.OK and len(a[1]) == LAC.size
+        }
+        for n, a in zip(nodes, answers, strict=True):
+            if n not in fenced_at:
+                log.warning("%s: storage node %s did not fence ledger %d: %s", part.name, n, lid, a)
+        fenced = set(fenced_at)
         for start in range(e):  # every write quorum must have lost its ack quorum
             quorum = {nodes[(start + k) % e] for k in range(qw)}
             if len(quorum & fenced) < qw - qa + 1:
@@ -619,9 +627,7 @@ class ReplicatedStorage:
                     f"cannot recover ledger {lid} of {part.name}: storage nodes "
                     f"{sorted(set(nodes) - fenced)} did not answer; retry when they are back"
                 )
-        lac = max(
-            [LAC.unpack(a[1])[0] for a in answers if isinstance(a, tuple)] + [ledger.last_entry]
-        )
+        lac = max([*fenced_at.values(), ledger.last_entry])
         last_record = await self._read_one(ledger, lac) if lac >= 0 else None
         eid = lac + 1
         while True:

@@ -130,6 +130,14 @@ class ProducerStates:
         if batch is not None and not batch.offset.done():
             batch.offset.set_result(base_offset)
 
+    def describe(self, producer_id: int) -> str:
+        """What is known of a producer, for a log line."""
+        state = self._producers.get(producer_id)
+        if state is None:
+            return "unknown producer"
+        kept = ", ".join(f"{b.first}..{b.last}" for b in state.batches)
+        return f"epoch {state.epoch}, last sequence {state.last}, last batches {kept}"
+
     def failed(self, producer_id: int, batch: _Batch | None) -> None:
         """The store failed: forget the batch so the producer's retry is stored."""
         state = self._producers.get(producer_id)

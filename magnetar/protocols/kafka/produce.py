@@ -129,6 +129,16 @@ async def _store(
     """Append one batch (or find the earlier copy of a retried one); its base offset."""
     check = states.check(header)
     if check.verdict is Verdict.REFUSED:
+        log.warning(
+            "%s: refused batch of producer %d epoch %d sequences %d..%d: %s (%s)",
+            topic.name,
+            header.producer_id,
+            header.producer_epoch,
+            header.base_sequence,
+            header.last_sequence,
+            check.error.name,
+            states.describe(header.producer_id),
+        )
         raise SequenceError(check.error, f"idempotent producer batch refused: {check.error.name}")
     if check.verdict is Verdict.DUPLICATE:
         assert check.duplicate_of is not None
