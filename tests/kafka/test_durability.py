@@ -113,3 +113,62 @@ def test_idempotent_retry_is_recognised_after_a_restart(tmp_path: Path) -> None:
             raw.close()
     finally:
         server.stop()
+
+
+@pytest.mark.slow
+def test_pipelined_idempotent_batches_are_admitted_in_order_while_the_topic_loads(
+    tmp_path: Path,
+) -> None:
+    """An idempotent producer pipelines batches on one connection to a topic that is not
+    loaded yet (after a restart, or a move to this broker). The first requests wait for the
+    load; later ones must not overtake them, or a batch is judged out of order — a fatal
+    error for the client (found by bench/failover.py)."""
+    from kafka.protocol.producer import ProduceRequest
+
+    server = StandaloneProcess(tmp_path / "data").start()
+    try:
+        raw = RawKafka(server.kafka_port)
+        init = raw.request(
+            InitProducerIdRequest[1](transactional_id=None, transaction_timeout_ms=1)
+        )
+        history = [records.Record(b"k", b"h" * 100, 1_700_000_000_000) for _ in range(50)]
+        for _ in range(200):  # history for the producer state rebuild to read
+            assert raw.produce("pipelined", records.encode(history))[0] == 0
+        raw.close()
+        server.kill()
+        server.start()
+        raw = RawKafka(server.kafka_port)
+        try:
+            frames = []
+            for i in range(50):
+                batch = records.encode(
+                    [records.Record(b"k", b"v%d" % i, 1_700_000_000_000)],
+                    producer_id=init.producer_id,
+                    producer_epoch=init.producer_epoch,
+                    base_sequence=i,
+                )
+                part = ProduceRequest.TopicProduceData.PartitionProduceData(index=0, records=batch)
+                request = ProduceRequest[7](
+                    transactional_id=None,
+                    acks=-1,
+                    timeout_ms=10_000,
+                    topic_data=[
+                        ProduceRequest.TopicProduceData(name="pipelined", partition_data=[part])
+                    ],
+                )
+                request.with_header(correlation_id=1000 + i, client_id="raw-test")
+                frames.append(request)
+            # all in flight before any answer
+            raw.send_bytes(b"".join(bytes(r.encode(framed=True, header=True)) for r in frames))
+            codes = []
+            for request in frames:
+                frame = raw.read_frame()
+                assert frame is not None
+                answer = request.header.get_response_class().decode(frame, header=True)
+                codes.append(answer.responses[0].partition_responses[0].error_code)
+            assert codes == [0] * len(frames), codes
+            assert raw.end_offset("pipelined") == 200 * 50 + 50
+        finally:
+            raw.close()
+    finally:
+        server.stop()

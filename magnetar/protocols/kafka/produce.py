@@ -80,22 +80,42 @@ async def produce(svc: Service, session: Session, req: Request) -> dict[str, Any
 async def _produce_partition(
     svc: Service, session: Session, topic_name: str, index: int, data: bytes | None
 ) -> Stored:
+    """Admit and store the batches of one partition of a Produce request.
+
+    Admission (finding the topic, the sequence check, starting the append) happens under the
+    connection's turn for the partition, taken in request order: the first request after a
+    topic moved here waits for the topic to load and its producer states to be rebuilt, and
+    a later request of the same connection must not overtake it there, or an idempotent
+    producer's next batch would be judged out of order (a fatal error for the client).
+    Durability is awaited outside the turn, so requests still pipeline.
+    """
     try:
         batches = _batches(data, svc.settings.max_message_size)
-        topic = svc.topics.cached(topic_name, index)
-        if topic is None:
-            topic = await svc.topics.partition(topic_name, index, create=True)
-        states = await svc.producer_states(topic)
-        first = -1
-        for batch, header in batches:
-            offset = await _store(session, topic, states, batch, header)
-            first = offset if first < 0 else first
-        return Stored(ErrorCode.NONE, first, topic.ledger.start_offset)
+        async with session.turn(topic_name, index):
+            topic = svc.topics.cached(topic_name, index)
+            if topic is None:
+                topic = await svc.topics.partition(topic_name, index, create=True)
+            states = await svc.producer_states(topic)
+            started: list[asyncio.Future[int]] = []
+            try:
+                for batch, header in batches:
+                    started.append(await _admit(session, topic, states, batch, header))
+            except BaseException:
+                for stored in started:  # admitted before the failure: they go on, unread
+                    stored.add_done_callback(_retrieve)
+                raise
+        offsets = [await stored for stored in started]
+        return Stored(ErrorCode.NONE, offsets[0], topic.ledger.start_offset)
     except MagnetarError as e:
         return Stored(error_code_of(e))
     except Exception:
         log.exception("produce to %s-%d failed", topic_name, index)
         return Stored(ErrorCode.UNKNOWN_SERVER_ERROR)
+
+
+def _retrieve(done: asyncio.Future[int]) -> None:
+    if not done.cancelled():
+        done.exception()
 
 
 def _batches(data: bytes | None, max_size: int) -> list[tuple[bytes, records.BatchHeader]]:
@@ -119,15 +139,20 @@ def _batches(data: bytes | None, max_size: int) -> list[tuple[bytes, records.Bat
     return out
 
 
-async def _store(
+async def _admit(
     session: Session,
     topic: Topic,
     states: ProducerStates,
     batch: bytes,
     header: records.BatchHeader,
-) -> int:
-    """Append one batch (or find the earlier copy of a retried one); its base offset."""
-    check = states.check(header)
+) -> asyncio.Future[int]:
+    """Judge one batch and start its append (or find the earlier copy of a retried one);
+    the future of its base offset. The append is queued before this returns, so batches
+    admitted one after another are stored in that order."""
+    producer = session.producers.get(id(topic))
+    if producer is None or producer.closed:
+        producer = await session.producer(topic)
+    check = states.check(header)  # check and pushing: no await between them
     if check.verdict is Verdict.REFUSED:
         log.warning(
             "%s: refused batch of producer %d epoch %d sequences %d..%d: %s (%s)",
@@ -142,25 +167,27 @@ async def _store(
         raise SequenceError(check.error, f"idempotent producer batch refused: {check.error.name}")
     if check.verdict is Verdict.DUPLICATE:
         assert check.duplicate_of is not None
-        return await asyncio.shield(check.duplicate_of.offset)
+        return asyncio.ensure_future(asyncio.shield(check.duplicate_of.offset))
     pushed = states.pushing(header)
-    producer = session.producers.get(id(topic))
-    if producer is None or producer.closed:
-        producer = await session.producer(topic)
     timestamp = header.max_timestamp if header.max_timestamp >= 0 else None
-    try:
-        result = await topic.publish(
-            producer,
-            batch,
-            count=header.record_count,
-            sequence=None,  # never Pulsar-deduplicated: idempotence is judged above
-            publish_time=timestamp,
-            event_time=header.max_timestamp,
-            fmt=KAFKA,
-        )
-    except BaseException:
-        states.failed(header.producer_id, pushed)
-        raise
-    offset = result.entry.base_offset if result.entry is not None else -1
-    states.stored(pushed, offset)
-    return offset
+
+    async def store() -> int:
+        try:
+            result = await topic.publish(
+                producer,
+                batch,
+                count=header.record_count,
+                sequence=None,  # never Pulsar-deduplicated: idempotence is judged above
+                publish_time=timestamp,
+                event_time=header.max_timestamp,
+                fmt=KAFKA,
+            )
+        except BaseException:
+            states.failed(header.producer_id, pushed)
+            raise
+        offset = result.entry.base_offset if result.entry is not None else -1
+        states.stored(pushed, offset)
+        return offset
+
+    # a task is scheduled now, ahead of whoever is admitted next: appends queue in order
+    return asyncio.ensure_future(store())

@@ -96,6 +96,15 @@ class Session:
     peer: str = "?"
     token: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     producers: dict[int, Producer] = field(default_factory=dict)  # id(topic) → producer
+    # (topic, partition) → whose turn it is to be admitted (see produce._produce_partition)
+    turns: dict[tuple[str, int], asyncio.Lock] = field(default_factory=dict)
+
+    def turn(self, topic: str, index: int) -> asyncio.Lock:
+        """The lock that admits this connection's batches for a partition in arrival order."""
+        lock = self.turns.get((topic, index))
+        if lock is None:
+            lock = self.turns[(topic, index)] = asyncio.Lock()
+        return lock
 
     async def producer(self, topic: Topic) -> Producer:
         """This connection's broker producer on ``topic`` (opened on first use)."""
