@@ -109,6 +109,7 @@ class Stream:
         self.sent_at: list[float] = []  # message i handed to the client at sent_at[i]
         self.acked: list[tuple[float, int]] = []  # (when, message index), in arrival order
         self.failed = 0
+        self.errors: dict[str, int] = {}  # what the failed sends were told
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -161,11 +162,18 @@ class PulsarStream(Stream):
             logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
         )
         self.producer = self.client.create_producer(
-            TOPIC, batching_enabled=True, batching_max_publish_delay_ms=1, send_timeout_millis=0
+            TOPIC,
+            batching_enabled=True,
+            batching_max_publish_delay_ms=1,
+            send_timeout_millis=0,
+            max_pending_messages=100_000,  # an outage's worth of sends wait in the client
+            block_if_queue_full=True,
         )
 
     def send(self, index: int) -> None:
         def done(result: Any, _mid: Any) -> None:
+            if result != pulsar.Result.Ok:
+                self.errors[str(result)] = self.errors.get(str(result), 0) + 1
             self.on_ack(index, result == pulsar.Result.Ok)
 
         self.producer.send_async(b"p-%09d" % index, done)
@@ -292,12 +300,52 @@ def measure_failover(c: Cluster, args: argparse.Namespace) -> list[Kill]:
             owner.start()  # the same ports and data directory: the next kill's survivor
             wait_for(lambda b=survivor: c.registered(b) == 2, 60, "the killed broker to register")
             time.sleep(args.settle_s)
+    except RuntimeError:
+        if kafka_stream.failed:  # what the new owner holds of the producer's messages
+            diagnose(bootstrap, kafka_topic, kafka_stream)
+        raise
     finally:
+        for b in c.brokers:
+            at = next((i for i, line in enumerate(b.output) if "Traceback" in line), None)
+            refused = [line for line in b.output if "refused batch" in line]
+            if refused or at is not None:
+                print(f"{b.http_url}:", "".join(refused[:5]), end="")
+                print("".join(b.output[at : at + 40]) if at is not None else "", end="")
         pulsar_stream.stop()
         kafka_stream.stop()
     if pulsar_stream.failed or kafka_stream.failed:
-        print(f"failed sends: pulsar {pulsar_stream.failed}, kafka {kafka_stream.failed}")
+        print(
+            f"failed sends: pulsar {pulsar_stream.failed} {pulsar_stream.errors}, "
+            f"kafka {kafka_stream.failed}"
+        )
     return kills
+
+
+def diagnose(bootstrap: str, topic: str, stream: Stream) -> None:
+    """After a refused idempotent batch: compare what the client was told with what the
+    partition holds (a gap means an acknowledged message was lost; none, that the broker's
+    producer state was behind)."""
+    consumer = confluent_kafka.Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "diagnose", "enable.auto.commit": False}
+    )
+    consumer.assign([confluent_kafka.TopicPartition(topic, 0, confluent_kafka.OFFSET_BEGINNING)])
+    stored: list[int] = []
+    idle = time.monotonic()
+    while time.monotonic() - idle < 10:
+        msg = consumer.poll(1)
+        if msg is None or msg.error():
+            continue
+        idle = time.monotonic()
+        stored.append(int(msg.value()[2:]))
+    consumer.close()
+    acked = {i for _, i in stream.acked}
+    held = set(stored)
+    lost = sorted(acked - held)
+    print(
+        f"diagnose: {len(stored)} stored ({len(stored) - len(held)} twice), "
+        f"{len(acked)} acknowledged, acknowledged but missing: {lost[:20]}, "
+        f"highest stored {max(held, default=-1)}, highest acknowledged {max(acked, default=-1)}"
+    )
 
 
 def publish_rate(c: Cluster, args: argparse.Namespace, tag: str) -> float:
