@@ -91,7 +91,9 @@ def bind_view_sql(spark: Any, reader: Any, sql: str) -> tuple[Any, list[str]]:
 
     keep = [f for f in events.schema.fields if f.name in (used or ["offset"])]
     narrow = reader.schema(StructType(keep)).load()
-    return bind_sql(spark, narrow, plan), list(narrow.columns)
+    # parsed again: an unresolved plan object is never analysed twice (analysis tags the
+    # nodes it visits, and the first frame's plan may share them)
+    return bind_sql(spark, narrow, parse_view_sql(spark, sql)), list(narrow.columns)
 
 
 def used_columns(frame: Any) -> list[str] | None:
