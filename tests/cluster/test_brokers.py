@@ -364,12 +364,13 @@ def test_a_kafka_group_across_two_brokers_survives_one_dying(two_brokers: Cluste
         admin.create_topics([NewTopic("grouped", num_partitions=6)])["grouped"].result(30)
         producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "all"})
         sent = [f"g-{i:05d}".encode() for i in range(3000)]
-        for value in sent:
-            producer.produce("grouped", value)
+        for i, value in enumerate(sent):  # every partition gets its share (no sticky luck)
+            producer.produce("grouped", value, partition=i % 6)
             producer.poll(0)
         assert producer.flush(60) == 0
         seen: set[bytes] = set()
         commits: dict[int, list[int]] = {}
+        failures: dict[int, list[str]] = {}  # partition → why its commits failed
         stop = threading.Event()
         lock = threading.Lock()
 
@@ -388,12 +389,16 @@ def test_a_kafka_group_across_two_brokers_survives_one_dying(two_brokers: Cluste
                     seen.add(msg.value())
                 try:
                     done = c.commit(message=msg, asynchronous=False)
-                except confluent_kafka.KafkaException:
-                    continue  # a rebalance or a moved coordinator: the next commit covers it
+                except confluent_kafka.KafkaException as e:
+                    with lock:  # a rebalance or a moved coordinator: the next commit covers it
+                        failures.setdefault(msg.partition(), []).append(str(e))
+                    continue
                 with lock:
                     for tp in done or []:
                         if tp.error is None:
                             commits.setdefault(tp.partition, []).append(tp.offset)
+                        else:
+                            failures.setdefault(tp.partition, []).append(str(tp.error))
             c.close()
 
         threads = [threading.Thread(target=consume, args=(n,), daemon=True) for n in range(3)]
@@ -406,7 +411,10 @@ def test_a_kafka_group_across_two_brokers_survives_one_dying(two_brokers: Cluste
         for t in threads:
             t.join(30)
         assert seen == set(sent)
-        assert sorted(commits) == list(range(6)), "some partitions never had a commit stored"
+        assert sorted(commits) == list(range(6)), (
+            "some partitions never had a commit stored: "
+            + "; ".join(f"{p}: {len(f)} failed, e.g. {f[-1]}" for p, f in sorted(failures.items()))
+        )
         for partition, offsets in commits.items():
             assert offsets == sorted(offsets), f"partition {partition} committed backwards"
     finally:

@@ -121,7 +121,9 @@ def test_consumer_that_never_reads_does_not_make_the_server_buffer_the_backlog(
         # subscription reads the whole backlog while the raw consumer reads nothing.
         _write_and_read(client, topic)
         grown = _rss(server) - before
-        assert grown < BACKLOG // 4, f"the server grew by {grown / MiB:.0f} MiB"
+        # buffering the backlog grows the server by all of it (150 MiB and more); a third
+        # leaves room for allocator noise while another test runs beside (41 MiB seen in CI)
+        assert grown < BACKLOG // 3, f"the server grew by {grown / MiB:.0f} MiB"
         # Reading resumes the dispatch: far more arrives than was buffered when it stopped.
         received = 0
         while received < 4 * 8 * MiB:
