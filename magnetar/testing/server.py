@@ -4,6 +4,7 @@ benchmarks. The child is a real server: kill it with SIGKILL to test crash recov
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -16,11 +17,40 @@ REPO = Path(__file__).resolve().parents[2]
 READY = "magnetar standalone ready"
 
 
+_handed_out: set[int] = set()
+_random = random.Random()
+
+
+def _ephemeral_low() -> int:
+    """The first port the kernel gives outgoing connections (ip_local_port_range)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
+    """A port nothing listens on, below the kernel's ephemeral range: an outgoing connection
+    (a client anywhere on the machine) can never take it between now and a restart of the
+    server on it, as it could a port the kernel handed out for ``bind(0)``. Never the same
+    port twice in one process."""
+    low = _ephemeral_low()
+    if low > 12_000:
+        for _ in range(200):
+            port = _random.randrange(10_000, low)
+            if port in _handed_out:
+                continue
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            _handed_out.add(port)
+            return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+        found: int = s.getsockname()[1]
+        return found
 
 
 @dataclass
