@@ -411,8 +411,14 @@ class _Partition:
         return entry
 
     def should_roll(self, ledger: Ledger) -> bool:
+        """Whether the open ledger is due to be closed for a new one. Not while fewer than E
+        storage nodes are writable: the new ledger could not be formed and every append
+        would fail until one comes back, while the open ledger still takes writes at its
+        ack quorum (a size limit is a policy, not a promise); it rolls once nodes are back."""
         s = self.store.settings
         info = ledger.info
+        if len(self.store.nodes.writable()) < ledger.quorum[0]:
+            return False
         if info.size >= s.segment_max_bytes:
             return True
         if s.segment_max_entries and info.entries >= s.segment_max_entries:
