@@ -59,7 +59,7 @@ from bench.common import (
 )
 from magnetar.broker.ownership import bundle_of
 from magnetar.core.names import TopicName
-from magnetar.testing.cluster import StorageNodeProcess, broker
+from magnetar.testing.cluster import StorageNodeProcess, broker, topic_where
 from magnetar.testing.server import StandaloneProcess
 from magnetar.testing.zookeeper import ZooKeeperProcess
 
@@ -82,11 +82,7 @@ def http_json(url: str, method: str = "GET", body: Any = None) -> Any:
 def kafka_topic_beside(topic: str) -> str:
     """A Kafka topic name whose partition falls in the same bundle as ``topic``."""
     want = bundle_of(TopicName.parse(topic))
-    return next(
-        f"failover-kafka-{i}"
-        for i in range(10_000)
-        if bundle_of(TopicName.parse(f"persistent://{NAMESPACE}/failover-kafka-{i}")) == want
-    )
+    return topic_where("failover-kafka", lambda bundle: bundle == want, NAMESPACE)
 
 
 def wait_for(check: Any, timeout: float, what: str) -> Any:

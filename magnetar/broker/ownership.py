@@ -284,7 +284,10 @@ class Ownership:
         return self.bundle_path(name)
 
     async def owner(self, name: TopicName) -> BrokerInfo | None:
-        node = await self.meta.get(await self._fresh_path(name))
+        return await self._owner_at(await self._fresh_path(name))
+
+    async def _owner_at(self, path: str) -> BrokerInfo | None:
+        node = await self.meta.get(path)
         return BrokerInfo.from_bytes(node.value) if node is not None and node.value else None
 
     async def lookup(
@@ -293,9 +296,10 @@ class Ownership:
         """(broker, True) when that broker owns ``name``; (broker, False) when nobody does
         and that other broker should take it (send the client there, authoritatively). An
         unowned topic whose choice is this broker, or an authoritative lookup, takes it."""
-        if await self._fresh_path(name) in self.unloading:
+        path = await self._fresh_path(name)  # the boundaries, read once per lookup
+        if path in self.unloading:
             raise NotOwnerError(f"the bundle of {name} is being unloaded; look it up again")
-        owner = await self.owner(name)
+        owner = await self._owner_at(path)
         if owner is not None and owner.id != self.me.id and not await self.alive(owner):
             return await self._take_over(name, owner), True
         if owner is not None:
@@ -340,7 +344,7 @@ class Ownership:
             try:
                 await self.meta.create_ephemeral(path, self.me.to_bytes())  # type: ignore[attr-defined]
             except NodeExistsError:
-                owner = await self.owner(name)
+                owner = await self._owner_at(path)
                 if owner is None:  # gone meanwhile: the next lookup takes it
                     raise NotOwnerError(f"bundle of {name} is changing hands; retry") from None
                 if owner.id != self.me.id:

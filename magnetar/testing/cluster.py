@@ -4,6 +4,7 @@ processes sharing one ZooKeeper, each on free ports of its own."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,4 +51,17 @@ def broker(data_dir: Path, metadata_url: str, *quorum_args: str) -> StandalonePr
     """A ``magnetar broker`` writing to the storage nodes registered at ``metadata_url``."""
     return StandaloneProcess(
         data_dir, ["--metadata-url", metadata_url, *quorum_args], role="broker"
+    )
+
+
+def topic_where(prefix: str, fits: Callable[[str], bool], namespace: str = "public/default") -> str:
+    """The first local name ``<prefix>-<i>`` of ``namespace`` whose bundle (the default four)
+    ``fits`` — to place a test's topics beside, or apart from, others."""
+    from magnetar.broker.ownership import bundle_of
+    from magnetar.core.names import TopicName
+
+    return next(
+        f"{prefix}-{i}"
+        for i in range(10_000)
+        if fits(bundle_of(TopicName.parse(f"persistent://{namespace}/{prefix}-{i}")))
     )

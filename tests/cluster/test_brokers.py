@@ -15,6 +15,9 @@ import pulsar
 import pytest
 import requests
 
+from magnetar.broker.ownership import bundle_of
+from magnetar.core.names import TopicName
+from magnetar.testing.cluster import topic_where
 from magnetar.testing.zookeeper import ZooKeeperProcess
 from tests.cluster.conftest import Cluster, wait_for
 from tests.cluster.test_replicated_ledgers import (
@@ -43,15 +46,8 @@ def two_brokers(zookeeper: ZooKeeperProcess, tmp_path: Path) -> Cluster:
 
 def _kafka_topic_beside(topic: str) -> str:
     """A Kafka topic name in the same bundle as ``topic``: served by the same broker."""
-    from magnetar.broker.ownership import bundle_of
-    from magnetar.core.names import TopicName
-
     want = bundle_of(TopicName.parse(topic))
-    return next(
-        f"beside-{i}"
-        for i in range(1000)
-        if bundle_of(TopicName.parse(f"persistent://public/default/beside-{i}")) == want
-    )
+    return topic_where("beside", lambda bundle: bundle == want)
 
 
 class AckingConsumer:
@@ -461,15 +457,8 @@ def test_a_named_listener_is_answered_with_the_owner_address_on_it(
 
 def _in_another_bundle(*taken: str) -> str:
     """A topic of public/default in a bundle none of ``taken`` falls in."""
-    from magnetar.broker.ownership import bundle_of
-    from magnetar.core.names import TopicName
-
     used = {bundle_of(TopicName.parse(t)) for t in taken}
-    return next(
-        f"persistent://public/default/placed-{i}"
-        for i in range(1000)
-        if bundle_of(TopicName.parse(f"persistent://public/default/placed-{i}")) not in used
-    )
+    return "persistent://public/default/" + topic_where("placed", lambda b: b not in used)
 
 
 def test_a_new_bundle_goes_to_the_broker_with_less_traffic(two_brokers: Cluster) -> None:
@@ -511,8 +500,7 @@ def test_a_bundle_split_under_load_keeps_serving_and_its_halves_move_apart(
     """Split the bundle of two streaming topics (one in each future half) with the CLI: both
     halves stay with the owner and nothing stops; unloading one half moves its topic to the
     other broker. Nothing lost or stored twice; a wrong bundle is a 404, a malformed one 400."""
-    from magnetar.broker.ownership import bundle_in, bundle_of, equal_boundaries, parse_range
-    from magnetar.core.names import TopicName
+    from magnetar.broker.ownership import bundle_in, equal_boundaries, parse_range
 
     cluster = two_brokers
     try:
