@@ -402,6 +402,8 @@ def _kafka_settings(s: Settings, node_id: int = 0) -> KafkaSettings:
         fetch_max_bytes=s.fetch_max_bytes,
         min_session_timeout_ms=s.group_min_session_timeout_ms,
         max_session_timeout_ms=s.group_max_session_timeout_ms,
+        consumer_heartbeat_interval_ms=s.group_consumer_heartbeat_interval_ms,
+        consumer_session_timeout_ms=s.group_consumer_session_timeout_ms,
     )
 
 

@@ -56,6 +56,18 @@ _STANDALONE_FLAGS: list[tuple[str, str, type, str]] = [
     ("--kafka-namespace", "kafka_namespace", str, "namespace of Kafka topics (public/default)"),
     ("--group-min-session-timeout-ms", "group_min_session_timeout_ms", int, "shortest session ms"),
     ("--group-max-session-timeout-ms", "group_max_session_timeout_ms", int, "longest session ms"),
+    (
+        "--group-consumer-heartbeat-interval-ms",
+        "group_consumer_heartbeat_interval_ms",
+        int,
+        "heartbeat interval of group.protocol=consumer members (5000)",
+    ),
+    (
+        "--group-consumer-session-timeout-ms",
+        "group_consumer_session_timeout_ms",
+        int,
+        "session timeout of group.protocol=consumer members (45000)",
+    ),
     ("--flight-port", "flight_port", int, "Arrow Flight bulk-read port (default 8815)"),
     ("--deduplication", "deduplication_enabled", str, "broker-wide dedup default: true|false"),
     (

@@ -73,6 +73,8 @@ class Settings:
     # session timeouts a Kafka group member may ask for (Kafka's group.min/max.session.timeout.ms)
     group_min_session_timeout_ms: int = 6_000
     group_max_session_timeout_ms: int = 30 * 60_000
+    group_consumer_heartbeat_interval_ms: int = 5_000  # KIP-848 members heartbeat this often
+    group_consumer_session_timeout_ms: int = 45_000  # KIP-848 members silent this long are dropped
     flight_port: int = 8815
     deduplication_enabled: bool = False  # broker-wide default; namespaces may override
     schema_compatibility_strategy: str = "FULL"  # Pulsar's broker default (namespace UNDEFINED)
@@ -158,6 +160,8 @@ _POSITIVE = {
     "fetch_max_bytes",
     "group_min_session_timeout_ms",
     "group_max_session_timeout_ms",
+    "group_consumer_heartbeat_interval_ms",
+    "group_consumer_session_timeout_ms",
     "retention_check_interval",
     "offload_check_interval",
     "offload_row_group_rows",

@@ -29,8 +29,10 @@ MEMBER = Path(__file__).with_name("group_member.py")
 @pytest.fixture(scope="module")
 def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneProcess]:
     """The module's server accepts the 3 s session timeout the members use (Kafka's
-    default minimum is 6 s), so a killed member is noticed quickly."""
-    args = ["--group-min-session-timeout-ms", "1000"]
+    default minimum is 6 s), so a killed member is noticed quickly; KIP-848 members get the
+    same session and a 300 ms heartbeat from the server."""
+    args = ["--group-min-session-timeout-ms", "1000", "--group-consumer-session-timeout-ms",
+            "3000", "--group-consumer-heartbeat-interval-ms", "300"]  # fmt: skip
     server = StandaloneProcess(tmp_path_factory.mktemp("standalone"), extra_args=args)
     server.start()
     try:
@@ -50,9 +52,11 @@ class Member:
     assignment: set[int] = field(default_factory=set)
 
 
-def _start_member(name: str, bootstrap: str, topic: str, group: str, q: queue.Queue) -> Member:
+def _start_member(
+    name: str, bootstrap: str, topic: str, group: str, q: queue.Queue, protocol: str
+) -> Member:
     proc = subprocess.Popen(
-        [sys.executable, str(MEMBER), bootstrap, topic, group],
+        [sys.executable, str(MEMBER), bootstrap, topic, group, protocol],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -70,14 +74,15 @@ def _start_member(name: str, bootstrap: str, topic: str, group: str, q: queue.Qu
 
 
 class Group:
-    def __init__(self, bootstrap: str, topic: str) -> None:
+    def __init__(self, bootstrap: str, topic: str, protocol: str = "classic") -> None:
         self.bootstrap, self.topic, self.group = bootstrap, topic, f"g-{topic}"
+        self.protocol = protocol
         self.events: queue.Queue[tuple[str, str]] = queue.Queue()
         self.members: dict[str, Member] = {}
 
     def start(self, name: str) -> None:
         self.members[name] = _start_member(
-            name, self.bootstrap, self.topic, self.group, self.events
+            name, self.bootstrap, self.topic, self.group, self.events, self.protocol
         )
 
     def until(self, done: object, timeout: float = 60) -> None:
@@ -133,9 +138,14 @@ def _create(bootstrap: str, topic: str) -> None:
 
 
 @pytest.mark.slow
-def test_group_of_three_rebalances_on_leave_and_on_kill(bootstrap: str, topic: str) -> None:
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_group_of_three_rebalances_on_leave_and_on_kill(
+    bootstrap: str, topic: str, protocol: str
+) -> None:
+    """Classic groups (client-side assignment) and KIP-848 groups (group.protocol=consumer:
+    the server assigns, revoking before it reassigns) alike."""
     _create(bootstrap, topic)
-    group = Group(bootstrap, topic)
+    group = Group(bootstrap, topic, protocol)
     try:
         for name in ("a", "b", "c"):
             group.start(name)

@@ -11,6 +11,7 @@ metadata store before it is handed out, so no id is ever handed out twice.
 from __future__ import annotations
 
 import logging
+import uuid
 from typing import Any
 
 from magnetar.core.errors import MagnetarError
@@ -22,6 +23,7 @@ from magnetar.protocols.kafka.wire import Request
 log = logging.getLogger(__name__)
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
 Response = dict[str, Any]
+_NO_TOPIC_ID = uuid.UUID(int=0)  # Kafka's "no id"
 
 
 async def api_versions(svc: Service, session: Session, req: Request) -> Response:
@@ -35,9 +37,11 @@ async def api_versions(svc: Service, session: Session, req: Request) -> Response
 async def metadata(svc: Service, session: Session, req: Request) -> Response:
     b = req.body
     auto = bool(b.allow_auto_topic_creation) if req.api_version >= 4 else True
-    names = None if b.topics is None else [t.name for t in b.topics]
+    names: list[str | uuid.UUID] | None = None
+    if b.topics is not None:
+        names = [await _requested_name(svc, t) for t in b.topics]
     if names is None or (req.api_version == 0 and not names):
-        names, auto = await svc.topics.list(), False
+        names, auto = list(await svc.topics.list()), False
     s = svc.settings
     brokers: list[dict[str, Any]] = [
         {"node_id": s.node_id, "host": s.advertised_host, "port": s.port}
@@ -57,11 +61,22 @@ async def metadata(svc: Service, session: Session, req: Request) -> Response:
     }
 
 
-async def _topic_metadata(svc: Service, name: str, auto: bool) -> Response:
+async def _requested_name(svc: Service, topic: Any) -> str | uuid.UUID:
+    """A Metadata request's topic: its name, or (v12+, name null) its topic id."""
+    if topic.name is None and getattr(topic, "topic_id", None) is not None:
+        return await svc.topics.by_id(topic.topic_id) or topic.topic_id
+    return str(topic.name)
+
+
+async def _topic_metadata(svc: Service, name: str | uuid.UUID, auto: bool) -> Response:
+    if isinstance(name, uuid.UUID):  # an id no topic has
+        return {"error_code": ErrorCode.UNKNOWN_TOPIC_ID, "name": None, "topic_id": name,
+                "partitions": []}  # fmt: skip
     try:
         n = await svc.topics.partition_count(name, create=auto)
+        topic_id = svc.topics.topic_id(name)
     except MagnetarError as e:
-        n, error = None, error_code_of(e)
+        n, error, topic_id = None, error_code_of(e), _NO_TOPIC_ID
     else:
         error = ErrorCode.NONE if n is not None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     partitions = []
@@ -74,9 +89,16 @@ async def _topic_metadata(svc: Service, name: str, auto: bool) -> Response:
                 "leader_id": node,
                 "replica_nodes": [node],
                 "isr_nodes": [node],
+                "offline_replicas": [],
             }
         )
-    return {"error_code": error, "name": name, "is_internal": False, "partitions": partitions}
+    return {
+        "error_code": error,
+        "name": name,
+        "topic_id": topic_id if n is not None else _NO_TOPIC_ID,
+        "is_internal": False,
+        "partitions": partitions,
+    }
 
 
 async def _leader(svc: Service, topic: str, index: int) -> int:

@@ -52,6 +52,11 @@ class ErrorCode(enum.IntEnum):
     NON_EMPTY_GROUP = 68
     GROUP_ID_NOT_FOUND = 69
     INVALID_RECORD = 87
+    UNKNOWN_TOPIC_ID = 100
+    FENCED_MEMBER_EPOCH = 110  # KIP-848: the member's epoch is ahead of or unknown to the group
+    UNSUPPORTED_ASSIGNOR = 112
+    STALE_MEMBER_EPOCH = 113  # KIP-848: a commit with an older epoch than the member's
+    INVALID_REGULAR_EXPRESSION = 128
 
 
 class KafkaProtocolError(MagnetarError):

@@ -78,6 +78,12 @@ async def join_group(svc: Service, session: Session, req: Request) -> Response:
     try:
         if await _not_coordinator(svc, b.group_id):
             raise GroupError(ErrorCode.NOT_COORDINATOR, "another broker coordinates it")
+        if svc.consumer_groups.active(b.group_id):
+            raise GroupError(
+                ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
+                f"group {b.group_id} has members using group.protocol=consumer",
+            )
+        svc.consumer_groups.forget(b.group_id)
         result = await svc.groups.join(
             b.group_id,
             b.member_id,
@@ -140,6 +146,72 @@ async def leave_group(svc: Service, session: Session, req: Request) -> Response:
     return {"error_code": 0}
 
 
+# -- KIP-848 consumer groups (group.protocol=consumer) --------------------------------------
+
+
+async def consumer_group_heartbeat(svc: Service, session: Session, req: Request) -> Response:
+    """Join, heartbeat, revoke and leave in one request; the coordinator assigns (see
+    ``consumer_groups``)."""
+    b = req.body
+    try:
+        if await _not_coordinator(svc, b.group_id):
+            raise GroupError(ErrorCode.NOT_COORDINATOR, "another broker coordinates it")
+        classic = svc.groups.group(b.group_id)
+        if classic is not None and classic.members:
+            raise GroupError(
+                ErrorCode.GROUP_ID_NOT_FOUND,
+                f"group {b.group_id} is a classic group with members: stop them, or use "
+                "group.protocol=classic",
+            )
+        answer = await svc.consumer_groups.heartbeat(
+            b, client_id=req.client_id, client_host=session.peer
+        )
+    except GroupError as e:
+        return {
+            "error_code": e.wire_code,
+            "error_message": str(e),
+            "member_id": None,
+            "member_epoch": -1,
+            "heartbeat_interval_ms": 0,
+        }
+    assignment = answer.assignment
+    return {
+        "error_code": 0,
+        "member_id": answer.member_id,
+        "member_epoch": answer.member_epoch,
+        "heartbeat_interval_ms": answer.heartbeat_interval_ms,
+        "assignment": None if assignment is None else svc.consumer_groups.assignment(assignment),
+    }
+
+
+async def consumer_group_describe(svc: Service, session: Session, req: Request) -> Response:
+    """Consumer-protocol groups; a classic or unknown one answers GROUP_ID_NOT_FOUND (the
+    client then asks DescribeGroups, as with Kafka)."""
+    described = []
+    for group_id in req.body.group_ids:
+        group = svc.consumer_groups.groups.get(group_id)
+        if await _not_coordinator(svc, group_id):
+            code, why = ErrorCode.NOT_COORDINATOR, "another broker coordinates it"
+        elif group is None:
+            code, why = ErrorCode.GROUP_ID_NOT_FOUND, f"group {group_id} is not a consumer group"
+        else:
+            described.append(svc.consumer_groups.describe(group))
+            continue
+        described.append(
+            {
+                "error_code": code,
+                "error_message": why,
+                "group_id": group_id,
+                "group_state": "Dead",
+                "group_epoch": -1,
+                "assignment_epoch": -1,
+                "assignor_name": "",
+                "members": [],
+            }
+        )
+    return {"throttle_time_ms": 0, "groups": described}
+
+
 # -- committed offsets ---------------------------------------------------------------------
 
 
@@ -147,8 +219,10 @@ async def offset_commit(svc: Service, session: Session, req: Request) -> Respons
     """Durable when answered: every partition answered NONE has its cursor stored."""
     b = req.body
     group_error = ErrorCode.NONE
+    epoch = b.generation_id_or_member_epoch
     try:
-        svc.groups.check_commit(b.group_id, b.generation_id_or_member_epoch, b.member_id)
+        if not svc.consumer_groups.check_commit(b.group_id, b.member_id, epoch):
+            svc.groups.check_commit(b.group_id, epoch, b.member_id)
     except GroupError as e:
         group_error = e.wire_code
     if await _not_coordinator(svc, b.group_id):
@@ -300,6 +374,11 @@ async def list_groups(svc: Service, session: Session, req: Request) -> Response:
     groups = [
         {"group_id": g.group_id, "protocol_type": g.protocol_type or "consumer"}
         for g in svc.groups.groups.values()
+    ]
+    groups += [
+        {"group_id": g, "protocol_type": "consumer"}
+        for g in svc.consumer_groups.groups
+        if g not in svc.groups.groups
     ]
     return {"error_code": 0, "groups": groups}
 

@@ -46,6 +46,8 @@ HANDLERS: dict[int, Handler] = {
     wire.OFFSET_FETCH: groups.offset_fetch,
     wire.LIST_GROUPS: groups.list_groups,
     wire.DESCRIBE_GROUPS: groups.describe_groups,
+    wire.CONSUMER_GROUP_HEARTBEAT: groups.consumer_group_heartbeat,
+    wire.CONSUMER_GROUP_DESCRIBE: groups.consumer_group_describe,
 }
 MAX_IN_FLIGHT = 64  # requests per connection before reading pauses
 

@@ -8,13 +8,16 @@ response dict`` registered in ``server.HANDLERS``.
 from __future__ import annotations
 
 import asyncio
+import re
 import uuid
 import weakref
 from dataclasses import dataclass, field
 
 from magnetar.broker import AccessMode, Broker, Producer, Topic
+from magnetar.core.errors import MagnetarError
 from magnetar.core.metrics import Histogram
 from magnetar.meta import reserve_block
+from magnetar.protocols.kafka.consumer_groups import ConsumerGroups
 from magnetar.protocols.kafka.coordinator import GroupCoordinator
 from magnetar.protocols.kafka.idempotence import ProducerStates
 from magnetar.protocols.kafka.topics import KafkaTopics
@@ -36,6 +39,8 @@ class KafkaSettings:
     fetch_max_bytes: int = 50 * 1024 * 1024  # largest fetch response, whatever the client asks
     min_session_timeout_ms: int = 6_000  # group members asking for less are refused
     max_session_timeout_ms: int = 30 * 60_000  # ... or more
+    consumer_heartbeat_interval_ms: int = 5_000  # KIP-848 members (group.protocol=consumer)
+    consumer_session_timeout_ms: int = 45_000
 
 
 class Service:
@@ -47,6 +52,12 @@ class Service:
         self.topics = KafkaTopics(broker, settings.namespace)
         self.groups = GroupCoordinator(
             settings.min_session_timeout_ms, settings.max_session_timeout_ms
+        )
+        self.consumer_groups = ConsumerGroups(
+            self._resolve,
+            self.topics.topic_id,
+            heartbeat_interval_ms=settings.consumer_heartbeat_interval_ms,
+            session_timeout_ms=settings.consumer_session_timeout_ms,
         )
         self._states: weakref.WeakKeyDictionary[Topic, asyncio.Future[ProducerStates]] = (
             weakref.WeakKeyDictionary()
@@ -84,8 +95,24 @@ class Service:
                 self._ids = list(range(start + PRODUCER_ID_BLOCK - 1, start - 1, -1))
             return self._ids.pop()
 
+    async def _resolve(self, names: set[str], regexes: list[re.Pattern[str]]) -> dict[str, int]:
+        """{topic: partition count} of the existing topics named or matched (KIP-848)."""
+        wanted = set(names)
+        if regexes:
+            wanted |= {t for t in await self.topics.list() if any(r.fullmatch(t) for r in regexes)}
+        found = {}
+        for topic in sorted(wanted):
+            try:
+                n = await self.topics.partition_count(topic)
+            except MagnetarError:  # a name no topic can have: nothing to assign
+                n = None
+            if n:
+                found[topic] = n
+        return found
+
     async def aclose(self) -> None:
         await self.groups.aclose()
+        await self.consumer_groups.aclose()
 
 
 @dataclass(eq=False)

@@ -8,11 +8,15 @@ CreateTopics makes a partitioned topic of the requested size.
 
 from __future__ import annotations
 
+import uuid
+
 from magnetar.broker import Broker, Topic
 from magnetar.broker.admin import TopicAdmin
 from magnetar.broker.errors import AlreadyExistsError
 from magnetar.core.names import TopicName, check_kafka_topic
 from magnetar.protocols.kafka.errors import UnknownTopicError
+
+_TOPIC_IDS = uuid.UUID("6d61676e-6574-6172-2d6b-61666b612d69")  # uuid5 namespace of topic ids
 
 
 class KafkaTopics:
@@ -29,6 +33,16 @@ class KafkaTopics:
         INVALID_TOPIC_EXCEPTION) unless Kafka's rules and Magnetar's both allow it."""
         check_kafka_topic(topic)
         return TopicName.parse(f"persistent://{self.tenant}/{self.namespace}/{topic}")
+
+    def topic_id(self, topic: str) -> uuid.UUID:
+        """Kafka's topic id of ``topic`` (Metadata v10+, KIP-848 assignments): derived from
+        the cluster-wide topic name, so every broker answers the same id without a lookup.
+        A topic deleted and created again keeps its id (Kafka would give a new one)."""
+        return uuid.uuid5(_TOPIC_IDS, str(self.name(topic)))
+
+    async def by_id(self, topic_id: uuid.UUID) -> str | None:
+        """The Kafka topic whose id is ``topic_id``, or None."""
+        return next((t for t in await self.list() if self.topic_id(t) == topic_id), None)
 
     async def partition_count(self, topic: str, *, create: bool = False) -> int | None:
         """Partitions of ``topic``; None when it does not exist (and was not created)."""

@@ -1,9 +1,11 @@
 """Kafka request/response framing: which APIs and versions are served, decode, encode.
 
 Field layouts come from Kafka's own JSON message definitions, as compiled by the pinned
-``kafka-python`` package's ``kafka.protocol`` (it encodes and decodes both directions). This
-module is the only one that touches it: it decodes a size-prefixed request frame into a
-:class:`Request` and encodes a response built from plain dicts. Pure code, no I/O.
+``kafka-python`` package's ``kafka.protocol`` (it encodes and decodes both directions); the
+two KIP-848 messages it does not ship are defined the same way from JSON files in
+``magnetar.protocols.kafka.schemas``. This module is the only one that touches it: it
+decodes a size-prefixed request frame into a :class:`Request` and encodes a response built
+from plain dicts. Pure code, no I/O.
 
 The advertised versions (:data:`SUPPORTED`) are what this handler implements; a request for
 anything else is refused (:class:`UnsupportedVersionError`): ApiVersions is answered the
@@ -27,6 +29,7 @@ with warnings.catch_warnings():
     from kafka.protocol.api_header import (  # type: ignore[import-untyped]
         ResponseClassRegistry,
     )
+    from kafka.protocol.api_message import ApiMessage  # type: ignore[import-untyped]
 
 from magnetar.protocols.kafka.errors import MalformedRequestError, UnsupportedVersionError
 
@@ -35,13 +38,32 @@ OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = 8, 9, 10
 JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 11, 12, 13, 14
 DESCRIBE_GROUPS, LIST_GROUPS, API_VERSIONS = 15, 16, 18
 CREATE_TOPICS, DELETE_TOPICS, INIT_PRODUCER_ID, DESCRIBE_CONFIGS = 19, 20, 22, 32
+CONSUMER_GROUP_HEARTBEAT, CONSUMER_GROUP_DESCRIBE = 68, 69
+_OWN_SCHEMAS = "magnetar.protocols.kafka.schemas"  # messages kafka-python does not ship
+
+
+with warnings.catch_warnings():  # the same read_text deprecation, for our own schemas
+    warnings.simplefilter("ignore", DeprecationWarning)
+
+    class ConsumerGroupHeartbeatRequest(ApiMessage, load_json=_OWN_SCHEMAS):  # type: ignore[call-arg]
+        pass
+
+    class ConsumerGroupHeartbeatResponse(ApiMessage, load_json=_OWN_SCHEMAS):  # type: ignore[call-arg]
+        pass
+
+    class ConsumerGroupDescribeRequest(ApiMessage, load_json=_OWN_SCHEMAS):  # type: ignore[call-arg]
+        pass
+
+    class ConsumerGroupDescribeResponse(ApiMessage, load_json=_OWN_SCHEMAS):  # type: ignore[call-arg]
+        pass
+
 
 # api key → (request class, response class, lowest, highest version served)
 _APIS: dict[int, tuple[Any, Any, int, int]] = {
     PRODUCE: (producer.ProduceRequest, producer.ProduceResponse, 3, 7),
     FETCH: (consumer.FetchRequest, consumer.FetchResponse, 4, 11),
     LIST_OFFSETS: (consumer.ListOffsetsRequest, consumer.ListOffsetsResponse, 1, 7),
-    METADATA: (metadata.MetadataRequest, metadata.MetadataResponse, 0, 4),
+    METADATA: (metadata.MetadataRequest, metadata.MetadataResponse, 0, 12),
     OFFSET_COMMIT: (consumer.OffsetCommitRequest, consumer.OffsetCommitResponse, 2, 3),
     OFFSET_FETCH: (consumer.OffsetFetchRequest, consumer.OffsetFetchResponse, 1, 3),
     FIND_COORDINATOR: (metadata.FindCoordinatorRequest, metadata.FindCoordinatorResponse, 0, 1),
@@ -56,6 +78,8 @@ _APIS: dict[int, tuple[Any, Any, int, int]] = {
     DELETE_TOPICS: (admin.DeleteTopicsRequest, admin.DeleteTopicsResponse, 0, 3),
     INIT_PRODUCER_ID: (producer.InitProducerIdRequest, producer.InitProducerIdResponse, 0, 1),
     DESCRIBE_CONFIGS: (admin.DescribeConfigsRequest, admin.DescribeConfigsResponse, 0, 2),
+    CONSUMER_GROUP_HEARTBEAT: (ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, 1, 1),
+    CONSUMER_GROUP_DESCRIBE: (ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse, 0, 0),
 }
 SUPPORTED: Mapping[int, tuple[int, int]] = {k: (v[2], v[3]) for k, v in _APIS.items()}
 _PREFIX = struct.Struct(">hhi")

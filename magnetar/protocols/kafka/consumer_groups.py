@@ -1,0 +1,410 @@
+"""KIP-848 consumer groups (``group.protocol=consumer``): the coordinator assigns partitions.
+
+A member sends one request, ConsumerGroupHeartbeat, to join (epoch 0), stay alive, report
+the partitions it owns and leave (epoch -1). The coordinator keeps, per group:
+
+- the **group epoch**, bumped by every change that can move partitions: a member joins or
+  leaves or times out, a subscription or the server assignor changes, a subscribed topic
+  appears or gains partitions (topics are resolved again every ``REFRESH_S`` on heartbeats);
+- the **target assignment** of that epoch, computed by the server assignor
+  (``magnetar.protocols.kafka.assignors``) when the assignment epoch falls behind;
+- per member, its **epoch**, the partitions it **owns** and those being **revoked**.
+
+Reconciliation moves each member to the target without two members ever owning one
+partition: partitions the target takes away are withdrawn first (the member's epoch stays,
+its next assignment lacks them); once the member reports that it released them, it moves to
+the assignment epoch and gains the target partitions no other member still holds, and later
+heartbeats add the rest as their owners release them. A member that does not release in its
+rebalance timeout, or stays silent for the session timeout, is removed and its partitions
+freed. Epoch checks fence zombies: a heartbeat or commit with an epoch the member does not
+have is refused (FENCED_MEMBER_EPOCH; STALE_MEMBER_EPOCH for an older commit), and the client
+rejoins. State is in memory, as in the classic coordinator: a new coordinator makes members
+rejoin; committed offsets are durable subscriptions (see ``groups``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+import uuid
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from magnetar.protocols.kafka import assignors
+from magnetar.protocols.kafka.errors import ErrorCode, GroupError
+
+TopicPartition = tuple[str, int]
+# (topic names, topic regexes) → {existing topic: partition count} of every topic they name
+Resolver = Callable[[set[str], list[re.Pattern[str]]], Awaitable[dict[str, int]]]
+LEAVE_EPOCHS = (-1, -2)  # -1 leaves; -2 is a static member's temporary leave
+REFRESH_S = 2.0  # how old the group's view of its topics may get before a heartbeat renews it
+
+
+@dataclass(eq=False)
+class ConsumerMember:
+    member_id: str
+    client_id: str
+    client_host: str
+    instance_id: str | None = None
+    rack_id: str | None = None
+    rebalance_timeout_ms: int = 300_000
+    topic_names: set[str] = field(default_factory=set)
+    regex: re.Pattern[str] | None = None
+    assignor: str | None = None
+    epoch: int = 0
+    previous_epoch: int = -1
+    owned: set[TopicPartition] = field(default_factory=set)
+    revoking: set[TopicPartition] = field(default_factory=set)
+    sent: frozenset[TopicPartition] | None = None  # the assignment it was last given
+    session: asyncio.TimerHandle | None = None
+    revocation: asyncio.TimerHandle | None = None
+
+    def subscribed(self, topics: Iterable[str]) -> set[str]:
+        """Which of ``topics`` this member subscribes to, by name or regex."""
+        regex = self.regex
+        return {t for t in topics if t in self.topic_names or (regex and regex.fullmatch(t))}
+
+
+@dataclass(eq=False)
+class ConsumerGroup:
+    group_id: str
+    epoch: int = 0
+    assignment_epoch: int = 0
+    assignor: str = assignors.DEFAULT
+    members: dict[str, ConsumerMember] = field(default_factory=dict)
+    partitions: dict[str, int] = field(default_factory=dict)  # subscribed topic → count
+    resolved_at: float = float("-inf")
+    target: dict[str, set[TopicPartition]] = field(default_factory=dict)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    @property
+    def state(self) -> str:
+        """Kafka's consumer-group state names, as ConsumerGroupDescribe reports them."""
+        if not self.members:
+            return "Empty"
+        if self.assignment_epoch < self.epoch:
+            return "Assigning"
+        settled = all(
+            m.epoch == self.assignment_epoch
+            and not m.revoking
+            and m.owned == self.target.get(m.member_id, set())
+            for m in self.members.values()
+        )
+        return "Stable" if settled else "Reconciling"
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatAnswer:
+    member_id: str
+    member_epoch: int
+    heartbeat_interval_ms: int
+    assignment: list[TopicPartition] | None  # None: unchanged since the member's last answer
+
+
+class ConsumerGroups:
+    """Every KIP-848 group this node coordinates."""
+
+    def __init__(
+        self,
+        resolve: Resolver,
+        topic_id: Callable[[str], uuid.UUID],
+        *,
+        heartbeat_interval_ms: int = 5_000,
+        session_timeout_ms: int = 45_000,
+    ) -> None:
+        self.groups: dict[str, ConsumerGroup] = {}
+        self._resolve, self._topic_id = resolve, topic_id
+        self.heartbeat_interval_ms = heartbeat_interval_ms
+        self.session_timeout_ms = session_timeout_ms
+
+    def active(self, group_id: str) -> bool:
+        """True while ``group_id`` is a consumer-protocol group with members."""
+        group = self.groups.get(group_id)
+        return group is not None and bool(group.members)
+
+    def forget(self, group_id: str) -> None:
+        """Drop an empty group (a classic consumer takes the id over, as Kafka converts)."""
+        group = self.groups.get(group_id)
+        if group is not None and not group.members:
+            del self.groups[group_id]
+
+    # -- heartbeat ------------------------------------------------------------------------
+
+    async def heartbeat(self, b: Any, *, client_id: str, client_host: str) -> HeartbeatAnswer:
+        """Serve one ConsumerGroupHeartbeat (``b`` is the decoded request body)."""
+        if not b.group_id:
+            raise GroupError(ErrorCode.INVALID_REQUEST, "the group id must not be empty")
+        group = self.groups.setdefault(b.group_id, ConsumerGroup(b.group_id))
+        async with group.lock:
+            if b.member_epoch in LEAVE_EPOCHS:
+                member = self._known(group, b.member_id)
+                self._remove(group, member)
+                return HeartbeatAnswer(member.member_id, b.member_epoch, 0, None)
+            joined = b.member_epoch == 0
+            if joined:
+                member = self._join(group, b, client_id, client_host)
+                reported = None
+            else:
+                member = self._known(group, b.member_id)
+                reported = self._reported(group, b.topic_partitions)
+                self._check_epoch(member, b.member_epoch, reported)
+            self._touch(group, member)
+            changed = self._subscribe(member, b) or joined
+            if changed or time.monotonic() - group.resolved_at > REFRESH_S:
+                changed |= await self._refresh(group)
+            if changed:  # one epoch for everything this heartbeat changed
+                group.epoch += 1
+            if group.assignment_epoch < group.epoch:
+                self._assign(group)
+            self._reconcile(group, member, reported)
+            owned = frozenset(member.owned)
+            news = owned != member.sent or (reported is not None and reported != owned)
+            member.sent = owned
+            return HeartbeatAnswer(
+                member.member_id,
+                member.epoch,
+                self.heartbeat_interval_ms,
+                sorted(owned) if news else None,
+            )
+
+    def _join(self, group: ConsumerGroup, b: Any, client_id: str, host: str) -> ConsumerMember:
+        """A new member, or one rejoining from scratch (its old partitions are freed)."""
+        if b.subscribed_topic_names is None and not getattr(b, "subscribed_topic_regex", None):
+            raise GroupError(
+                ErrorCode.INVALID_REQUEST,
+                "a joining member must send SubscribedTopicNames or SubscribedTopicRegex",
+            )
+        old = group.members.get(b.member_id) if b.member_id else None
+        if old is not None:
+            self._remove(group, old)
+        member = ConsumerMember(b.member_id or str(uuid.uuid4()), client_id, host)
+        member.instance_id, member.rack_id = b.instance_id, b.rack_id
+        if b.rebalance_timeout_ms > 0:
+            member.rebalance_timeout_ms = b.rebalance_timeout_ms
+        group.members[member.member_id] = member
+        return member
+
+    @staticmethod
+    def _known(group: ConsumerGroup, member_id: str) -> ConsumerMember:
+        member = group.members.get(member_id)
+        if member is None:
+            raise GroupError(
+                ErrorCode.UNKNOWN_MEMBER_ID,
+                f"member {member_id!r} is not in group {group.group_id!r}: rejoin with epoch 0",
+            )
+        return member
+
+    @staticmethod
+    def _check_epoch(
+        member: ConsumerMember, epoch: int, reported: set[TopicPartition] | None
+    ) -> None:
+        """The member's own epoch, or its previous one when it reports no partition it was
+        not given (the answer that moved it on was lost): anything else is a zombie."""
+        if epoch == member.epoch:
+            return
+        if epoch == member.previous_epoch and reported is not None and reported <= member.owned:
+            return
+        raise GroupError(
+            ErrorCode.FENCED_MEMBER_EPOCH,
+            f"epoch {epoch} is not member {member.member_id}'s ({member.epoch}): rejoin",
+        )
+
+    def _reported(self, group: ConsumerGroup, topic_partitions: Any) -> set[TopicPartition] | None:
+        """The partitions a member says it owns, by topic name (unknown ids dropped)."""
+        if topic_partitions is None:
+            return None
+        names = {self._topic_id(t): t for t in group.partitions}
+        return {
+            (names[tp.topic_id], p)
+            for tp in topic_partitions
+            if tp.topic_id in names
+            for p in tp.partitions
+        }
+
+    @staticmethod
+    def _subscribe(member: ConsumerMember, b: Any) -> bool:
+        """Apply the request's subscription and assignor; True when they changed."""
+        changed = False
+        if b.subscribed_topic_names is not None:
+            names = set(b.subscribed_topic_names)
+            changed |= names != member.topic_names
+            member.topic_names = names
+        pattern = getattr(b, "subscribed_topic_regex", None)
+        if pattern is not None:
+            regex = _compile(pattern) if pattern else None
+            changed |= regex != member.regex
+            member.regex = regex
+        if b.server_assignor is not None:
+            if b.server_assignor not in assignors.ASSIGNORS:
+                raise GroupError(
+                    ErrorCode.UNSUPPORTED_ASSIGNOR,
+                    f"server assignor {b.server_assignor!r} is not one of "
+                    f"{sorted(assignors.ASSIGNORS)}",
+                )
+            changed |= b.server_assignor != member.assignor
+            member.assignor = b.server_assignor
+        return changed
+
+    async def _refresh(self, group: ConsumerGroup) -> bool:
+        """Resolve the members' subscriptions to topics and partition counts again; True
+        when they changed (a new group epoch)."""
+        names = set().union(*(m.topic_names for m in group.members.values()))
+        regexes = [m.regex for m in group.members.values() if m.regex is not None]
+        partitions = await self._resolve(names, regexes)
+        group.resolved_at = time.monotonic()
+        changed = partitions != group.partitions
+        group.partitions = partitions
+        return changed
+
+    def _assign(self, group: ConsumerGroup) -> None:
+        """Compute the target assignment of the group epoch."""
+        chosen = Counter(m.assignor for m in group.members.values() if m.assignor)
+        group.assignor = min(chosen, key=lambda a: (-chosen[a], a)) if chosen else assignors.DEFAULT
+        subscriptions = {
+            m.member_id: m.subscribed(group.partitions) for m in group.members.values()
+        }
+        current = {m.member_id: m.owned | m.revoking for m in group.members.values()}
+        group.target = assignors.ASSIGNORS[group.assignor](subscriptions, group.partitions, current)
+        group.assignment_epoch = group.epoch
+
+    def _reconcile(
+        self, group: ConsumerGroup, member: ConsumerMember, reported: set[TopicPartition] | None
+    ) -> None:
+        """Move ``member`` toward its target: revoke first, then take what is free."""
+        target = group.target.get(member.member_id, set())
+        if reported is not None and member.revoking:
+            member.revoking &= reported  # what it no longer reports, it has released
+        withdrawn = member.owned - target
+        if withdrawn:
+            member.owned -= withdrawn
+            member.revoking |= withdrawn
+        if member.revoking:
+            if member.revocation is None:
+                member.revocation = asyncio.get_running_loop().call_later(
+                    member.rebalance_timeout_ms / 1000, self._revocation_expired, group, member
+                )
+            return  # its epoch stays until it gives them up
+        self._stop(member, "revocation")
+        if member.epoch != group.assignment_epoch:
+            member.previous_epoch, member.epoch = member.epoch, group.assignment_epoch
+        held: set[TopicPartition] = set()
+        for other in group.members.values():
+            if other is not member:
+                held |= other.owned | other.revoking
+        member.owned |= target - held
+
+    # -- commits, describe --------------------------------------------------------------
+
+    def check_commit(self, group_id: str, member_id: str, epoch: int) -> bool:
+        """Kafka's commit rules for a consumer-protocol group: False when ``group_id`` is not
+        one (the classic rules apply); raises GroupError when the commit is refused."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return False
+        if epoch < 0 and not member_id and not group.members:
+            return True  # an admin or a consumer outside group management
+        member = self._known(group, member_id)
+        if epoch > member.epoch:
+            raise GroupError(
+                ErrorCode.FENCED_MEMBER_EPOCH, f"epoch {epoch} is ahead of the member's"
+            )
+        if epoch < member.epoch:
+            raise GroupError(
+                ErrorCode.STALE_MEMBER_EPOCH,
+                f"epoch {epoch} is older than the member's ({member.epoch}): commit again",
+            )
+        return True
+
+    def describe(self, group: ConsumerGroup) -> dict[str, Any]:
+        """The ConsumerGroupDescribe entry of ``group``."""
+        return {
+            "error_code": 0,
+            "group_id": group.group_id,
+            "group_state": group.state,
+            "group_epoch": group.epoch,
+            "assignment_epoch": group.assignment_epoch,
+            "assignor_name": group.assignor,
+            "members": [
+                {
+                    "member_id": m.member_id,
+                    "instance_id": m.instance_id,
+                    "rack_id": m.rack_id,
+                    "member_epoch": m.epoch,
+                    "client_id": m.client_id,
+                    "client_host": m.client_host,
+                    "subscribed_topic_names": sorted(m.topic_names),
+                    "subscribed_topic_regex": m.regex.pattern if m.regex else None,
+                    "assignment": self.assignment(m.owned, with_names=True),
+                    "target_assignment": self.assignment(
+                        group.target.get(m.member_id, set()), with_names=True
+                    ),
+                }
+                for m in group.members.values()
+            ],
+        }
+
+    def assignment(
+        self, partitions: Iterable[TopicPartition], *, with_names: bool = False
+    ) -> dict[str, Any]:
+        """Partitions in the wire's Assignment shape: per topic id (and name)."""
+        by_topic: dict[str, list[int]] = {}
+        for topic, p in sorted(partitions):
+            by_topic.setdefault(topic, []).append(p)
+        entries = []
+        for topic, parts in by_topic.items():
+            entry: dict[str, Any] = {"topic_id": self._topic_id(topic), "partitions": parts}
+            if with_names:
+                entry["topic_name"] = topic
+            entries.append(entry)
+        return {"topic_partitions": entries}
+
+    # -- membership -----------------------------------------------------------------------
+
+    def _touch(self, group: ConsumerGroup, member: ConsumerMember) -> None:
+        self._stop(member, "session")
+        member.session = asyncio.get_running_loop().call_later(
+            self.session_timeout_ms / 1000, self._expired, group, member
+        )
+
+    def _expired(self, group: ConsumerGroup, member: ConsumerMember) -> None:
+        """Silent for the session timeout: presumed dead, its partitions freed."""
+        if group.members.get(member.member_id) is member:
+            self._remove(group, member)
+
+    def _revocation_expired(self, group: ConsumerGroup, member: ConsumerMember) -> None:
+        """Kept partitions past its rebalance timeout: removed (it rejoins when it wakes)."""
+        member.revocation = None
+        if group.members.get(member.member_id) is member and member.revoking:
+            self._remove(group, member)
+
+    def _remove(self, group: ConsumerGroup, member: ConsumerMember) -> None:
+        self._stop(member, "session")
+        self._stop(member, "revocation")
+        if group.members.pop(member.member_id, None) is member:
+            group.epoch += 1
+            group.target.pop(member.member_id, None)
+
+    @staticmethod
+    def _stop(member: ConsumerMember, timer: str) -> None:
+        handle = getattr(member, timer)
+        if handle is not None:
+            handle.cancel()
+            setattr(member, timer, None)
+
+    async def aclose(self) -> None:
+        for group in self.groups.values():
+            for member in group.members.values():
+                self._stop(member, "session")
+                self._stop(member, "revocation")
+
+
+def _compile(pattern: str) -> re.Pattern[str]:
+    try:
+        return re.compile(pattern)
+    except re.error as e:
+        raise GroupError(
+            ErrorCode.INVALID_REGULAR_EXPRESSION, f"SubscribedTopicRegex {pattern!r}: {e}"
+        ) from None
