@@ -24,6 +24,7 @@ from magnetar.broker.ownership import BrokerInfo, Ownership, parse_range
 from magnetar.broker.retention import RetentionService
 from magnetar.cluster.replicated import ReplicatedStorage
 from magnetar.core.config import Settings, parse_listeners
+from magnetar.core.connections import ConnectionLimits
 from magnetar.core.errors import MagnetarError
 from magnetar.core.ports import check_free, listening
 from magnetar.http.cluster_metrics import cluster_metrics
@@ -104,10 +105,13 @@ class Standalone:
                 advertised_host=settings.advertised_address or settings.bind_address,
                 max_message_size=settings.max_message_size,
                 listeners=parse_listeners(settings.advertised_listeners),
+                limits=_connection_limits(settings),
             )
             host = settings.bind_address
             await listening("pulsar_port", host, settings.pulsar_port, node.pulsar.start())
-            node.kafka = KafkaServer(broker, _kafka_settings(settings, kafka_node))
+            node.kafka = KafkaServer(
+                broker, _kafka_settings(settings, kafka_node), _connection_limits(settings)
+            )
             await listening("kafka_port", host, settings.kafka_port, node.kafka.start())
             advertised = settings.advertised_address or settings.bind_address
             check_free("flight_port", host, settings.flight_port)  # gRPC would not say why
@@ -126,6 +130,7 @@ class Standalone:
                 offload=node.offload,
                 flight_url=f"grpc://{advertised}:{node.flight.port}",
                 topic_level_metrics=settings.expose_topic_level_metrics,
+                idle_timeout=settings.http_idle_timeout_ms / 1000,
             )
             node.views = ViewService(settings, meta, broker)
             node.http.extra_routes += view_routes(node.views)
@@ -388,6 +393,17 @@ def _broker_settings(s: Settings) -> BrokerSettings:
         offload_deletion_lag_ms=s.offload_deletion_lag_ms,
         max_unacked_messages_per_consumer=s.max_unacked_messages_per_consumer,
         max_unacked_messages_per_subscription=s.max_unacked_messages_per_subscription,
+    )
+
+
+def _connection_limits(s: Settings) -> ConnectionLimits:
+    return ConnectionLimits(
+        max_connections=s.max_connections,
+        max_connections_per_ip=s.max_connections_per_ip,
+        handshake_timeout=s.handshake_timeout_ms / 1000,
+        idle_timeout=s.connections_max_idle_ms / 1000,
+        max_pending_requests=s.max_pending_publish_requests_per_connection,
+        max_pending_bytes=s.max_pending_publish_bytes_per_connection,
     )
 
 

@@ -78,6 +78,38 @@ _STANDALONE_FLAGS: list[tuple[str, str, type, str]] = [
     ),
     ("--schema-compatibility", "schema_compatibility_strategy", str, "default strategy (FULL)"),
     ("--max-message-size", "max_message_size", int, "largest message or batch in bytes"),
+    ("--max-connections", "max_connections", int, "open connections per listener (0: no cap)"),
+    (
+        "--max-connections-per-ip",
+        "max_connections_per_ip",
+        int,
+        "open connections from one address per listener (0: no cap)",
+    ),
+    ("--handshake-timeout-ms", "handshake_timeout_ms", int, "close a silent new connection"),
+    (
+        "--connections-max-idle-ms",
+        "connections_max_idle_ms",
+        int,
+        "close a Kafka connection idle this long (0: never)",
+    ),
+    (
+        "--max-pending-publish-requests-per-connection",
+        "max_pending_publish_requests_per_connection",
+        int,
+        "Pulsar SENDs in flight before reading the socket pauses",
+    ),
+    (
+        "--max-pending-publish-bytes-per-connection",
+        "max_pending_publish_bytes_per_connection",
+        int,
+        "bytes of requests in flight before reading the socket pauses",
+    ),
+    (
+        "--http-idle-timeout-ms",
+        "http_idle_timeout_ms",
+        int,
+        "close an HTTP connection idle this long",
+    ),
     (
         "--max-unacked-messages-per-consumer",
         "max_unacked_messages_per_consumer",

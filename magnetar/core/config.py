@@ -79,6 +79,26 @@ class Settings:
     deduplication_enabled: bool = False  # broker-wide default; namespaces may override
     schema_compatibility_strategy: str = "FULL"  # Pulsar's broker default (namespace UNDEFINED)
     max_message_size: int = 5 * MiB
+    # open connections of each of the Pulsar and Kafka listeners; more are closed as they are
+    # accepted (Pulsar's brokerMaxConnections, Kafka's max.connections; 0: no cap)
+    max_connections: int = 10_000
+    # ... from one client address (Pulsar's maxConnectionsPerIp, Kafka's
+    # max.connections.per.ip; 0: no cap)
+    max_connections_per_ip: int = 1_000
+    # a connection that has not sent its handshake (Pulsar CONNECT, a whole Kafka request)
+    # this long after it opened is closed (Pulsar: keepAliveIntervalSeconds, 30 s)
+    handshake_timeout_ms: int = 30_000
+    # a Kafka connection with no bytes either way and nothing pending for this long is closed
+    # (Kafka's connections.max.idle.ms; 0: never)
+    connections_max_idle_ms: int = 600_000
+    # SENDs of one Pulsar connection being stored before it stops reading that socket; it
+    # resumes at half (Pulsar's maxPendingPublishRequestsPerConnection)
+    max_pending_publish_requests_per_connection: int = 1_000
+    # ... bytes of requests being handled, Pulsar SENDs and Kafka requests alike
+    max_pending_publish_bytes_per_connection: int = 64 * MiB
+    # an HTTP connection that sends no complete request header this long after it opened or
+    # after its last answer is closed (bounds slowloris and idle keep-alive connections)
+    http_idle_timeout_ms: int = 30_000
     # Pulsar's caps on unacknowledged messages of Shared / Key_Shared subscriptions (0: none)
     max_unacked_messages_per_consumer: int = 50_000
     max_unacked_messages_per_subscription: int = 200_000
@@ -145,6 +165,9 @@ _NON_NEGATIVE = {
     "segment_max_entries",
     "offload_deletion_lag_ms",
     "views_trigger_ms",
+    "max_connections",
+    "max_connections_per_ip",
+    "connections_max_idle_ms",
 }
 _POSITIVE = {
     "storage_min_free_bytes",
@@ -166,6 +189,10 @@ _POSITIVE = {
     "offload_check_interval",
     "offload_row_group_rows",
     "views_max_batch_events",
+    "handshake_timeout_ms",
+    "max_pending_publish_requests_per_connection",
+    "max_pending_publish_bytes_per_connection",
+    "http_idle_timeout_ms",
 }
 _STRATEGIES = {
     "ALWAYS_INCOMPATIBLE",

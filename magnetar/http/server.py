@@ -114,6 +114,7 @@ class HttpServer:
         offload: OffloadService | None = None,
         flight_url: str | None = None,
         topic_level_metrics: bool = True,
+        idle_timeout: float = 30.0,
     ):
         self.broker = broker
         self.host = host
@@ -123,6 +124,9 @@ class HttpServer:
         self.admin = TopicAdmin(broker)
         self.offload = offload
         self.flight_url = flight_url
+        # seconds a connection may go without a whole request header, from its opening or
+        # its last answer: bounds slowloris clients and idle keep-alive connections
+        self.idle_timeout = idle_timeout
         self.extra_routes: list[Route] = []
         # what GET /metrics renders; the standalone adds the sources of higher tiers
         self.metric_sources: list[MetricSource] = [
@@ -166,7 +170,10 @@ class HttpServer:
         # request lines up to 64 KiB (aiohttp's default is 8 KiB): a path naming a topic of
         # 10,000 characters gets the JSON refusal saying why, not a bare "line too long"
         self._runner = web.AppRunner(
-            self.build_app(), access_log=None, max_line_size=MAX_REQUEST_LINE
+            self.build_app(),
+            access_log=None,
+            max_line_size=MAX_REQUEST_LINE,
+            keepalive_timeout=self.idle_timeout,
         )
         await self._runner.setup()
         await web.TCPSite(self._runner, self.host, self.port).start()

@@ -7,6 +7,11 @@ connection, as Kafka does. One naming an API or version this server does not ser
 answered UNSUPPORTED_VERSION in that API's response format where the format has an error code
 (an ApiVersions request the KIP-511 way), so the client fails fast; otherwise the connection
 closes. Other connections are never affected.
+
+Limits (:mod:`magnetar.core.connections`): connections over ``max.connections`` or
+``max.connections.per.ip`` are closed when accepted; one whose first request is not complete
+within the handshake timeout, or that sends nothing for ``connections.max.idle.ms`` with
+nothing pending, is closed; reading pauses while too many requests or bytes are pending.
 """
 
 from __future__ import annotations
@@ -20,6 +25,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from magnetar.broker import Broker
+from magnetar.core.connections import (
+    ConnectionGate,
+    ConnectionLimits,
+    PendingLimit,
+    peer_ip,
+)
 from magnetar.core.metrics import Histogram
 from magnetar.protocols.kafka import admin, fetch, groups, produce, wire
 from magnetar.protocols.kafka.errors import KafkaProtocolError, UnsupportedVersionError
@@ -49,14 +60,18 @@ HANDLERS: dict[int, Handler] = {
     wire.CONSUMER_GROUP_HEARTBEAT: groups.consumer_group_heartbeat,
     wire.CONSUMER_GROUP_DESCRIBE: groups.consumer_group_describe,
 }
-MAX_IN_FLIGHT = 64  # requests per connection before reading pauses
+MAX_IN_FLIGHT = 64  # requests per connection before reading pauses (or pending bytes cap)
 
 
 class KafkaServer:
     """Listens on ``settings.host:settings.port`` and serves ``broker`` to Kafka clients."""
 
-    def __init__(self, broker: Broker, settings: KafkaSettings) -> None:
+    def __init__(
+        self, broker: Broker, settings: KafkaSettings, limits: ConnectionLimits | None = None
+    ) -> None:
         self.service = Service(broker, settings)
+        self.limits = limits or ConnectionLimits()
+        self.gate = ConnectionGate("Kafka", self.limits)
         self._server: asyncio.Server | None = None
         self.connections: set[Connection] = set()
 
@@ -94,17 +109,58 @@ class Connection(asyncio.Protocol):
         self.reader = wire.FrameReader(server.service.settings.max_request_size)
         self.session = Session()
         self.transport: asyncio.Transport | None = None
-        self._pending: deque[asyncio.Future[bytes | None]] = deque()
+        # answers owed, in request order, each with the size of its request
+        self._pending: deque[tuple[asyncio.Future[bytes | None], int]] = deque()
         self._tasks: set[asyncio.Task[bytes | None]] = set()
-        self._paused = False
+        # requests not yet answered (acks=0 produces: not yet done) and their bytes
+        self.load = PendingLimit(MAX_IN_FLIGHT, server.limits.max_pending_bytes)
+        self.admitted = False  # counted by the server's gate (released when lost)
+        self._greeted = False  # a whole request arrived (the handshake, as far as Kafka has one)
+        self._last_active = 0.0  # loop time of the last bytes received or answer sent
+        self._timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
+        self.session.peer = peer_ip(transport)
+        if not self.server.gate.admit(self.session.peer):
+            transport.close()  # over a connection cap, as Kafka does: the gate logs it
+            return
+        self.admitted = True
         self.transport = transport
-        self.session.peer = str(transport.get_extra_info("peername", ("?",))[0])
+        self.load.transport = transport
         self.server.connections.add(self)
+        loop = asyncio.get_running_loop()
+        self._last_active = loop.time()
+        self._timer = loop.call_later(self.server.limits.handshake_timeout, self._check_idle)
+
+    def _check_idle(self) -> None:
+        """Close the connection if it missed its handshake, or sat idle too long (no bytes
+        either way and nothing pending for connections.max.idle.ms); else look again later."""
+        self._timer = None
+        limits, loop = self.server.limits, asyncio.get_running_loop()
+        if not self._greeted:
+            log.info(
+                "closing Kafka connection from %s: no request within the handshake timeout",
+                self.session.peer,
+            )
+            self.close()
+            return
+        if not limits.idle_timeout:
+            return
+        now, due = loop.time(), self._last_active + limits.idle_timeout
+        if now >= due and self.load.requests == 0:
+            log.info(
+                "closing Kafka connection from %s: idle for connections.max.idle.ms",
+                self.session.peer,
+            )
+            self.close()
+            return
+        self._timer = loop.call_at(
+            due if due > now else now + limits.idle_timeout, self._check_idle
+        )
 
     def data_received(self, data: bytes) -> None:
+        self._last_active = asyncio.get_running_loop().time()
         self.reader.feed(data)
         while self.transport is not None:
             try:
@@ -114,7 +170,19 @@ class Connection(asyncio.Protocol):
                 return
             if frame is None:
                 return
+            if not self._greeted:
+                self._greeted = True
+                self._greet_done()
             self._on_frame(frame)
+
+    def _greet_done(self) -> None:
+        """The first request arrived: from now on only idleness closes the connection."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        idle = self.server.limits.idle_timeout
+        if idle:
+            self._timer = asyncio.get_running_loop().call_later(idle, self._check_idle)
 
     def _on_frame(self, frame: bytes) -> None:
         try:
@@ -129,13 +197,14 @@ class Connection(asyncio.Protocol):
         task = asyncio.get_running_loop().create_task(self._handle(request))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        size = len(frame)
+        self.load.add(size)
         if request.api_key == wire.PRODUCE and request.body.acks == 0:
-            return  # no answer expected: none is queued
-        self._pending.append(task)
+            # no answer expected: none is queued; it counts until it is done
+            task.add_done_callback(lambda _: self.load.done(size))
+            return
+        self._pending.append((task, size))
         task.add_done_callback(self._flush)
-        if len(self._pending) >= MAX_IN_FLIGHT and self.transport is not None:
-            self.transport.pause_reading()
-            self._paused = True
 
     async def _handle(self, request: wire.Request) -> bytes | None:
         handler = HANDLERS[request.api_key]
@@ -180,19 +249,19 @@ class Connection(asyncio.Protocol):
     def _queue_ready(self, data: bytes) -> None:
         done: asyncio.Future[bytes | None] = asyncio.get_running_loop().create_future()
         done.set_result(data)
-        self._pending.append(done)
+        self.load.add(0)
+        self._pending.append((done, 0))
         self._flush()
 
     def _flush(self, _: object = None) -> None:
         """Write every answer at the head of the queue that is ready, in request order."""
-        while self._pending and self._pending[0].done():
-            answer = self._pending.popleft()
+        while self._pending and self._pending[0][0].done():
+            answer, size = self._pending.popleft()
             data = None if answer.cancelled() or answer.exception() else answer.result()
             if data and self.transport is not None and not self.transport.is_closing():
                 self.transport.write(data)
-        if self._paused and len(self._pending) < MAX_IN_FLIGHT // 2 and self.transport:
-            self.transport.resume_reading()
-            self._paused = False
+                self._last_active = asyncio.get_running_loop().time()
+            self.load.done(size)
 
     def _refuse(self, error: KafkaProtocolError) -> None:
         log.warning("closing Kafka connection from %s: %s", self.session.peer, error)
@@ -203,8 +272,16 @@ class Connection(asyncio.Protocol):
             self.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if not self.admitted:
+            return
+        self.admitted = False
+        self.server.gate.release(self.session.peer)
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         self.server.connections.discard(self)
         self.transport = None
+        self.load.transport = None
         for task in list(self._tasks):
             task.cancel()
         self._pending.clear()

@@ -68,6 +68,7 @@ class Commands:
     # -- connection and discovery -------------------------------------------------------
 
     def _on_connect(self, frame: Frame) -> None:
+        self.conn.handshake_done()
         self.conn.write(self.conn.connected_reply(frame.command.connect.protocol_version))
 
     def _on_ping(self, frame: Frame) -> None:

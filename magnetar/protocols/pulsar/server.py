@@ -17,6 +17,12 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from magnetar import __version__
 from magnetar.broker import Broker, Consumer, Delivery, SubType
 from magnetar.broker.formats import KAFKA
+from magnetar.core.connections import (
+    ConnectionGate,
+    ConnectionLimits,
+    PendingLimit,
+    peer_ip,
+)
 from magnetar.core.entries import Entry
 from magnetar.core.errors import MagnetarError
 from magnetar.core.ids import MessageId
@@ -48,7 +54,8 @@ _ = entry_format  # registers the PULSAR entry format with the broker
 
 
 class PulsarServer:
-    """Listens on ``host:port`` and serves ``broker`` to Pulsar clients."""
+    """Listens on ``host:port`` and serves ``broker`` to Pulsar clients, within ``limits``
+    (see :mod:`magnetar.core.connections`)."""
 
     def __init__(
         self,
@@ -59,6 +66,7 @@ class PulsarServer:
         advertised_host: str,
         max_message_size: int,
         listeners: Mapping[str, Mapping[str, str]] | None = None,
+        limits: ConnectionLimits | None = None,
     ) -> None:
         self.broker = broker
         self.host = host
@@ -67,6 +75,8 @@ class PulsarServer:
         self.max_message_size = max_message_size
         # listener name → {"pulsar": url, "pulsar+ssl": url}: what a LOOKUP naming it answers
         self.listeners = dict(listeners or {})
+        self.limits = limits or ConnectionLimits()
+        self.gate = ConnectionGate("Pulsar", self.limits)
         self._server: asyncio.Server | None = None
         self.connections: set[Connection] = set()
 
@@ -103,6 +113,13 @@ class Connection(asyncio.Protocol):
         self._tasks: set[asyncio.Task[None]] = set()
         self.ack_tasks: set[asyncio.Task[None]] = set()
         self.paused = False  # the transport's buffer is above WRITE_BUFFER_HIGH
+        limits = server.limits
+        # SENDs being stored: reading stops at the cap (Pulsar's
+        # maxPendingPublishRequestsPerConnection); their receipts still go out
+        self.pending = PendingLimit(limits.max_pending_requests, limits.max_pending_bytes)
+        self.ip = "?"
+        self.admitted = False  # counted by the server's gate (released when lost)
+        self._handshake: asyncio.TimerHandle | None = None  # closes it unless CONNECT comes
         self._handlers: dict[int, Callable[[Frame], Awaitable[None] | None]] = Commands(
             self
         ).table()
@@ -111,9 +128,29 @@ class Connection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
+        self.ip = peer_ip(transport)
+        if not self.server.gate.admit(self.ip):
+            transport.close()  # over a connection cap: the gate logs it
+            return
+        self.admitted = True
         transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH, low=WRITE_BUFFER_LOW)
         self.transport = transport
+        self.pending.transport = transport
         self.server.connections.add(self)
+        timeout = self.server.limits.handshake_timeout
+        self._handshake = asyncio.get_running_loop().call_later(timeout, self._no_handshake)
+
+    def handshake_done(self) -> None:
+        """CONNECT arrived: the connection stays open as long as the client wants."""
+        if self._handshake is not None:
+            self._handshake.cancel()
+            self._handshake = None
+
+    def _no_handshake(self) -> None:
+        # Pulsar closes a connection whose CONNECT did not come within keepAliveIntervalSeconds
+        self._handshake = None
+        log.info("closing Pulsar connection %s: no CONNECT within the handshake timeout", self.peer)
+        self.close()
 
     def pause_writing(self) -> None:
         """The client reads slower than it is sent to: dispatch no more to its consumers."""
@@ -156,6 +193,12 @@ class Connection(asyncio.Protocol):
             task = asyncio.get_running_loop().create_task(self.guard(result, frame))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+            if frame.type == T.SEND:
+                self._count_pending(task, frame.payload.raw.nbytes if frame.payload else 0)
+
+    def _count_pending(self, task: asyncio.Task[None], size: int) -> None:
+        self.pending.add(size)
+        task.add_done_callback(lambda _: self.pending.done(size))
 
     async def guard(self, work: Awaitable[None], frame: Frame) -> None:
         """Run a command's work; answer the frame with its error if it fails."""
@@ -215,8 +258,14 @@ class Connection(asyncio.Protocol):
             self.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if not self.admitted:
+            return
+        self.admitted = False
+        self.server.gate.release(self.ip)
+        self.handshake_done()
         self.server.connections.discard(self)
         self.transport = None
+        self.pending.transport = None
         task = asyncio.get_running_loop().create_task(self._release_all())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
