@@ -190,3 +190,20 @@ def test_metadata_carries_topic_ids(standalone: StandaloneProcess, topic: str) -
     unknown = raw.request(v12(topics=[v12.MetadataRequestTopic(topic_id=uuid.uuid4(), name=None)]))
     assert unknown.topics[0].error_code == 100  # UNKNOWN_TOPIC_ID
     raw.close()
+
+
+def test_a_consumer_outside_group_management_commits(bootstrap: str, topic: str) -> None:
+    """A consumer that never subscribes (group.protocol=consumer still sends its own member
+    id) may commit to an empty group, as Kafka allows with epoch -1."""
+    _create(bootstrap, topic, partitions=1)
+    c = _consumer(bootstrap, f"g-{topic}")
+    try:
+        for metadata in (None, "hello world", "नमस्ते"):
+            tp = confluent_kafka.TopicPartition(topic, 0, 1)
+            if metadata is not None:
+                tp = confluent_kafka.TopicPartition(topic, 0, 1, metadata)
+            c.commit(offsets=[tp], asynchronous=False)
+            (got,) = c.committed([confluent_kafka.TopicPartition(topic, 0)], timeout=30)
+            assert (got.offset, got.metadata) == (1, metadata)
+    finally:
+        c.close()

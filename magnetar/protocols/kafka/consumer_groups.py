@@ -304,8 +304,8 @@ class ConsumerGroups:
         group = self.groups.get(group_id)
         if group is None:
             return False
-        if epoch < 0 and not member_id and not group.members:
-            return True  # an admin or a consumer outside group management
+        if epoch < 0 and not group.members:
+            return True  # an admin or a consumer outside group management (any member id)
         member = self._known(group, member_id)
         if epoch > member.epoch:
             raise GroupError(

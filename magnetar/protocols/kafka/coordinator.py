@@ -258,6 +258,8 @@ class GroupCoordinator:
     def check_commit(self, group_id: str, generation: int, member_id: str) -> None:
         """May this member commit offsets now (Kafka's rules)? Raises GroupError if not."""
         group = self.known(group_id)
+        if generation < 0 and not group.members:
+            return  # an admin, or a consumer outside group management (whatever its id)
         if generation < 0 and not member_id:
             if group.members:
                 raise GroupError(
