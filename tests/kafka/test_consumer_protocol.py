@@ -4,6 +4,7 @@ topic ids. (Rebalancing on leave and kill is in test_groups.py, for both protoco
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from collections.abc import Iterator
@@ -153,29 +154,63 @@ def test_the_range_assignor_is_used_when_asked(bootstrap: str, topic: str) -> No
         c.close()
 
 
-def test_a_classic_member_cannot_join_a_consumer_group(bootstrap: str, topic: str) -> None:
+def test_classic_and_consumer_members_share_one_group(bootstrap: str, topic: str) -> None:
+    """Kafka 4's online migration: a consumer-protocol member turns a stable classic group
+    into a consumer group (the classic member stays and is assigned by the coordinator); a
+    classic member may join a consumer group; when the last consumer-protocol member leaves,
+    the group is classic again. Every message is read at every step."""
     _create(bootstrap, topic)
     group = f"g-{topic}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    classic_conf = {"group.protocol": "classic", "heartbeat.interval.ms": "300"}
+    first = _consumer(bootstrap, group, **classic_conf)
     modern = _consumer(bootstrap, group)
-    classic = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": group})
-    errors: list[confluent_kafka.KafkaError] = []
-    try:
-        modern.subscribe([topic])
-        _poll_until([modern], lambda: len(_owned(modern)) == 4)
-        classic.subscribe([topic])
+    second = _consumer(bootstrap, group, **classic_conf)
+    sent = 0
+
+    def kind() -> confluent_kafka.ConsumerGroupType:
+        return admin.describe_consumer_groups([group])[group].result(30).type
+
+    def read_all(members: list[confluent_kafka.Consumer]) -> None:
+        nonlocal sent
+        _produce(bootstrap, topic, 40)
+        sent += 40
+        got = 0
         deadline = time.monotonic() + TIMEOUT_S
-        while not errors and time.monotonic() < deadline:
-            modern.poll(0.05)
-            msg = classic.poll(0.1)
-            if msg is not None and msg.error() is not None:
-                errors.append(msg.error())
-            assert not classic.assignment(), "a classic member got partitions"
-        assert errors, "the classic member saw no error"
-        assert errors[0].code() == confluent_kafka.KafkaError.INCONSISTENT_GROUP_PROTOCOL
-        assert len(_owned(modern)) == 4
+        while got < 40 and time.monotonic() < deadline:
+            for c in members:
+                msg = c.poll(0.05)
+                if msg is not None and msg.error() is None:
+                    got += 1
+                    c.commit(message=msg, asynchronous=False)
+        assert got == 40
+
+    def shared(members: list[confluent_kafka.Consumer]) -> bool:
+        owned = [_owned(c) for c in members]
+        return all(len(o) == 4 // len(members) for o in owned) and len(set().union(*owned)) == 4
+
+    try:
+        first.subscribe([topic])
+        _poll_until([first], lambda: shared([first]))
+        assert kind() == confluent_kafka.ConsumerGroupType.CLASSIC
+        modern.subscribe([topic])  # upgrade
+        _poll_until([first, modern], lambda: shared([first, modern]))
+        assert kind() == confluent_kafka.ConsumerGroupType.CONSUMER
+        read_all([first, modern])
+        first.close()  # a classic member leaves a consumer group
+        _poll_until([modern], lambda: shared([modern]))
+        second.subscribe([topic])  # a classic member joins a consumer group
+        _poll_until([modern, second], lambda: shared([modern, second]))
+        assert kind() == confluent_kafka.ConsumerGroupType.CONSUMER
+        read_all([modern, second])
+        modern.close()  # downgrade
+        _poll_until([second], lambda: shared([second]))
+        assert kind() == confluent_kafka.ConsumerGroupType.CLASSIC
+        read_all([second])
     finally:
-        classic.close()
-        modern.close()
+        for c in (first, modern, second):
+            with contextlib.suppress(RuntimeError):  # closed already
+                c.close()
 
 
 def test_metadata_carries_topic_ids(standalone: StandaloneProcess, topic: str) -> None:

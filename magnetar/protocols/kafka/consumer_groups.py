@@ -33,7 +33,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from magnetar.protocols.kafka import assignors
+from magnetar.protocols.kafka import assignors, wire
 from magnetar.protocols.kafka.errors import ErrorCode, GroupError
 
 TopicPartition = tuple[str, int]
@@ -41,6 +41,17 @@ TopicPartition = tuple[str, int]
 Resolver = Callable[[set[str], list[re.Pattern[str]]], Awaitable[dict[str, int]]]
 LEAVE_EPOCHS = (-1, -2)  # -1 leaves; -2 is a static member's temporary leave
 REFRESH_S = 2.0  # how old the group's view of its topics may get before a heartbeat renews it
+
+
+@dataclass(eq=False)
+class ClassicState:
+    """What a classic-protocol member of a consumer group (an online upgrade or downgrade in
+    progress) told JoinGroup, and the assignment its SyncGroup hands out."""
+
+    session_timeout_ms: int
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]  # (client assignor name, ConsumerProtocolSubscription)
+    assignment: frozenset[TopicPartition] = frozenset()
 
 
 @dataclass(eq=False)
@@ -61,6 +72,7 @@ class ConsumerMember:
     sent: frozenset[TopicPartition] | None = None  # the assignment it was last given
     session: asyncio.TimerHandle | None = None
     revocation: asyncio.TimerHandle | None = None
+    classic: ClassicState | None = None  # set for a member speaking the classic protocol
 
     def subscribed(self, topics: Iterable[str]) -> set[str]:
         """Which of ``topics`` this member subscribes to, by name or regex."""
@@ -114,8 +126,11 @@ class ConsumerGroups:
         *,
         heartbeat_interval_ms: int = 5_000,
         session_timeout_ms: int = 45_000,
+        downgrade: Callable[[ConsumerGroup], None] | None = None,
     ) -> None:
         self.groups: dict[str, ConsumerGroup] = {}
+        # called when only classic members remain (the group becomes classic again)
+        self._downgrade = downgrade
         self._resolve, self._topic_id = resolve, topic_id
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.session_timeout_ms = session_timeout_ms
@@ -124,6 +139,13 @@ class ConsumerGroups:
         """True while ``group_id`` is a consumer-protocol group with members."""
         group = self.groups.get(group_id)
         return group is not None and bool(group.members)
+
+    def adopt(self, group: ConsumerGroup) -> None:
+        """Take over ``group`` (a classic group turned consumer group): its members' sessions
+        start now."""
+        self.groups[group.group_id] = group
+        for member in group.members.values():
+            self._touch(group, member)
 
     def forget(self, group_id: str) -> None:
         """Drop an empty group (a classic consumer takes the id over, as Kafka converts)."""
@@ -296,6 +318,116 @@ class ConsumerGroups:
                 held |= other.owned | other.revoking
         member.owned |= target - held
 
+    # -- classic members (JoinGroup, SyncGroup, Heartbeat, LeaveGroup) ----------------------
+
+    async def classic_join(
+        self,
+        group_id: str,
+        member_id: str,
+        *,
+        client_id: str,
+        client_host: str,
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+        protocol_type: str,
+        protocols: list[tuple[str, bytes]],
+    ) -> tuple[int, str, str]:
+        """A classic JoinGroup into this consumer group: the coordinator assigns, as for any
+        member; the member is its own follower (no leader assigns). Returns (generation = the
+        member's epoch, protocol name, member id); SyncGroup then hands out the partitions."""
+        group = self._active(group_id)
+        async with group.lock:
+            if protocol_type != "consumer" or not protocols:
+                raise GroupError(
+                    ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
+                    f"group {group_id} is a consumer group: join with protocol type 'consumer'",
+                )
+            subscription = _subscription(protocols[0][1])
+            member = group.members.get(member_id) if member_id else None
+            if member_id and member is None:
+                raise GroupError(
+                    ErrorCode.UNKNOWN_MEMBER_ID, f"member {member_id} is not in the group"
+                )
+            if member is not None and member.classic is None:
+                raise GroupError(
+                    ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
+                    f"member {member_id} uses group.protocol=consumer",
+                )
+            joined = member is None
+            if member is None:
+                member = ConsumerMember(f"{client_id or 'member'}-{uuid.uuid4()}", client_id,
+                                        client_host)  # fmt: skip
+                group.members[member.member_id] = member
+            member.classic = ClassicState(session_timeout_ms, protocol_type, protocols)
+            member.rebalance_timeout_ms = rebalance_timeout_ms
+            changed = joined or set(subscription.topics) != member.topic_names
+            member.topic_names = set(subscription.topics)
+            # what it still owns (cooperative); an eager member gave everything up already
+            reported = _owned(subscription)
+            member.owned &= reported
+            self._touch(group, member)
+            if changed or time.monotonic() - group.resolved_at > REFRESH_S:
+                changed |= await self._refresh(group)
+            if changed:
+                group.epoch += 1
+            if group.assignment_epoch < group.epoch:
+                self._assign(group)
+            self._reconcile(group, member, reported)
+            member.classic.assignment = frozenset(member.owned)
+            return member.epoch, protocols[0][0], member.member_id
+
+    def classic_sync(self, group_id: str, generation: int, member_id: str) -> bytes:
+        """The partitions given at the member's last JoinGroup (ConsumerProtocolAssignment)."""
+        member = self._classic(group_id, generation, member_id)
+        assert member.classic is not None
+        return wire.encode_assignment(member.classic.assignment)
+
+    async def classic_heartbeat(self, group_id: str, generation: int, member_id: str) -> None:
+        """Keep a classic member alive; REBALANCE_IN_PROGRESS when it must rejoin to give up
+        or take partitions or to move to the group's assignment epoch."""
+        group = self._active(group_id)
+        async with group.lock:
+            member = self._classic(group_id, generation, member_id)
+            self._touch(group, member)
+            if time.monotonic() - group.resolved_at > REFRESH_S and await self._refresh(group):
+                group.epoch += 1
+            if group.assignment_epoch < group.epoch:
+                self._assign(group)
+            target = group.target.get(member.member_id, set())
+            held: set[TopicPartition] = set()
+            for other in group.members.values():
+                if other is not member:
+                    held |= other.owned | other.revoking
+            if (
+                member.epoch != group.assignment_epoch
+                or member.owned - target
+                or (target - member.owned) - held
+            ):
+                raise GroupError(
+                    ErrorCode.REBALANCE_IN_PROGRESS, "the group is rebalancing: rejoin"
+                )
+
+    def classic_leave(self, group_id: str, member_id: str) -> None:
+        group = self._active(group_id)
+        self._remove(group, self._known(group, member_id))
+
+    def _active(self, group_id: str) -> ConsumerGroup:
+        group = self.groups.get(group_id)
+        if group is None:
+            raise GroupError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"group {group_id} moved: retry")
+        return group
+
+    def _classic(self, group_id: str, generation: int, member_id: str) -> ConsumerMember:
+        member = self._known(self._active(group_id), member_id)
+        if member.classic is None:
+            raise GroupError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, "not a classic member")
+        if generation != member.epoch:
+            raise GroupError(
+                ErrorCode.ILLEGAL_GENERATION,
+                f"generation {generation} is not the member's ({member.epoch}): rejoin",
+            )
+        return member
+
     # -- commits, describe --------------------------------------------------------------
 
     def check_commit(self, group_id: str, member_id: str, epoch: int) -> bool:
@@ -307,6 +439,11 @@ class ConsumerGroups:
         if epoch < 0 and not group.members:
             return True  # an admin or a consumer outside group management (any member id)
         member = self._known(group, member_id)
+        if member.classic is not None and epoch != member.epoch:
+            raise GroupError(
+                ErrorCode.ILLEGAL_GENERATION,
+                f"generation {epoch} is not the member's ({member.epoch}): rejoin",
+            )
         if epoch > member.epoch:
             raise GroupError(
                 ErrorCode.FENCED_MEMBER_EPOCH, f"epoch {epoch} is ahead of the member's"
@@ -365,8 +502,9 @@ class ConsumerGroups:
 
     def _touch(self, group: ConsumerGroup, member: ConsumerMember) -> None:
         self._stop(member, "session")
+        timeout = member.classic.session_timeout_ms if member.classic else self.session_timeout_ms
         member.session = asyncio.get_running_loop().call_later(
-            self.session_timeout_ms / 1000, self._expired, group, member
+            timeout / 1000, self._expired, group, member
         )
 
     def _expired(self, group: ConsumerGroup, member: ConsumerMember) -> None:
@@ -386,6 +524,13 @@ class ConsumerGroups:
         if group.members.pop(member.member_id, None) is member:
             group.epoch += 1
             group.target.pop(member.member_id, None)
+            classic = [m.classic is not None for m in group.members.values()]
+            if member.classic is None and classic and all(classic) and self._downgrade:
+                del self.groups[group.group_id]
+                for other in group.members.values():
+                    self._stop(other, "session")
+                    self._stop(other, "revocation")
+                self._downgrade(group)
 
     @staticmethod
     def _stop(member: ConsumerMember, timer: str) -> None:
@@ -399,6 +544,18 @@ class ConsumerGroups:
             for member in group.members.values():
                 self._stop(member, "session")
                 self._stop(member, "revocation")
+
+
+def _subscription(data: bytes) -> Any:
+    try:
+        return wire.decode_subscription(data)
+    except ValueError as e:
+        raise GroupError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, str(e)) from None
+
+
+def _owned(subscription: Any) -> set[TopicPartition]:
+    owned = getattr(subscription, "owned_partitions", None) or []
+    return {(tp.topic, p) for tp in owned for p in tp.partitions}
 
 
 def _compile(pattern: str) -> re.Pattern[str]:

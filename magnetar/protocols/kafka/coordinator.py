@@ -329,6 +329,23 @@ class GroupCoordinator:
         if group.members.get(member.member_id) is member and member.join is None:
             self._remove(group, member)
 
+    def discard(self, group_id: str) -> None:
+        """Forget ``group_id`` and stop its timers (it became a consumer group)."""
+        group = self.groups.pop(group_id)
+        if group.rebalance_timer is not None:
+            group.rebalance_timer.cancel()
+        for member in group.members.values():
+            self._stop_timer(member)
+
+    def adopt(self, group: Group) -> None:
+        """Take over ``group`` (a consumer group turned classic again): its members keep
+        their partitions and rejoin in the rebalance this starts."""
+        self.groups[group.group_id] = group
+        group.state = GroupState.STABLE
+        self._prepare_rebalance(group)
+        for member in group.members.values():
+            self._start_timer(group, member)
+
     async def aclose(self) -> None:
         for group in self.groups.values():
             if group.rebalance_timer is not None:

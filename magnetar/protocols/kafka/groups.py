@@ -22,6 +22,7 @@ from magnetar.broker import SubType
 from magnetar.broker.ownership import NotOwnerError
 from magnetar.core.errors import MagnetarError
 from magnetar.core.names import TopicName
+from magnetar.protocols.kafka import migration
 from magnetar.protocols.kafka.coordinator import Group
 from magnetar.protocols.kafka.errors import ErrorCode, GroupError, error_code_of
 from magnetar.protocols.kafka.service import Service, Session
@@ -78,11 +79,19 @@ async def join_group(svc: Service, session: Session, req: Request) -> Response:
     try:
         if await _not_coordinator(svc, b.group_id):
             raise GroupError(ErrorCode.NOT_COORDINATOR, "another broker coordinates it")
-        if svc.consumer_groups.active(b.group_id):
-            raise GroupError(
-                ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
-                f"group {b.group_id} has members using group.protocol=consumer",
+        if svc.consumer_groups.active(b.group_id):  # a classic member of a consumer group
+            generation, protocol, member_id = await svc.consumer_groups.classic_join(
+                b.group_id,
+                b.member_id,
+                client_id=req.client_id,
+                client_host=session.peer,
+                session_timeout_ms=b.session_timeout_ms,
+                rebalance_timeout_ms=rebalance_ms,
+                protocol_type=b.protocol_type,
+                protocols=[(p.name, bytes(p.metadata)) for p in b.protocols],
             )
+            return {"error_code": 0, "generation_id": generation, "protocol_name": protocol,
+                    "leader": "", "member_id": member_id, "members": []}  # fmt: skip
         svc.consumer_groups.forget(b.group_id)
         result = await svc.groups.join(
             b.group_id,
@@ -119,6 +128,9 @@ async def sync_group(svc: Service, session: Session, req: Request) -> Response:
     if await _not_coordinator(svc, b.group_id):
         return {"error_code": ErrorCode.NOT_COORDINATOR, "assignment": b""}
     try:
+        if svc.consumer_groups.active(b.group_id):
+            mine = svc.consumer_groups.classic_sync(b.group_id, b.generation_id, b.member_id)
+            return {"error_code": 0, "assignment": mine}
         mine = await svc.groups.sync(b.group_id, b.generation_id, b.member_id, assignments)
     except GroupError as e:
         return {"error_code": e.wire_code, "assignment": b""}
@@ -130,6 +142,9 @@ async def heartbeat(svc: Service, session: Session, req: Request) -> Response:
     if await _not_coordinator(svc, b.group_id):
         return {"error_code": ErrorCode.NOT_COORDINATOR}
     try:
+        if svc.consumer_groups.active(b.group_id):
+            await svc.consumer_groups.classic_heartbeat(b.group_id, b.generation_id, b.member_id)
+            return {"error_code": 0}
         svc.groups.heartbeat(b.group_id, b.generation_id, b.member_id)
     except GroupError as e:
         return {"error_code": e.wire_code}
@@ -140,6 +155,9 @@ async def leave_group(svc: Service, session: Session, req: Request) -> Response:
     if await _not_coordinator(svc, req.body.group_id):
         return {"error_code": ErrorCode.NOT_COORDINATOR}
     try:
+        if svc.consumer_groups.active(req.body.group_id):
+            svc.consumer_groups.classic_leave(req.body.group_id, req.body.member_id)
+            return {"error_code": 0}
         svc.groups.leave(req.body.group_id, req.body.member_id)
     except GroupError as e:
         return {"error_code": e.wire_code}
@@ -157,12 +175,8 @@ async def consumer_group_heartbeat(svc: Service, session: Session, req: Request)
         if await _not_coordinator(svc, b.group_id):
             raise GroupError(ErrorCode.NOT_COORDINATOR, "another broker coordinates it")
         classic = svc.groups.group(b.group_id)
-        if classic is not None and classic.members:
-            raise GroupError(
-                ErrorCode.GROUP_ID_NOT_FOUND,
-                f"group {b.group_id} is a classic group with members: stop them, or use "
-                "group.protocol=classic",
-            )
+        if classic is not None and classic.members and b.member_epoch == 0:
+            migration.upgrade(svc.groups, svc.consumer_groups, b.group_id)
         answer = await svc.consumer_groups.heartbeat(
             b, client_id=req.client_id, client_host=session.peer
         )

@@ -17,6 +17,7 @@ from magnetar.broker import AccessMode, Broker, Producer, Topic
 from magnetar.core.errors import MagnetarError
 from magnetar.core.metrics import Histogram
 from magnetar.meta import reserve_block
+from magnetar.protocols.kafka import migration
 from magnetar.protocols.kafka.consumer_groups import ConsumerGroups
 from magnetar.protocols.kafka.coordinator import GroupCoordinator
 from magnetar.protocols.kafka.idempotence import ProducerStates
@@ -58,6 +59,7 @@ class Service:
             self.topics.topic_id,
             heartbeat_interval_ms=settings.consumer_heartbeat_interval_ms,
             session_timeout_ms=settings.consumer_session_timeout_ms,
+            downgrade=lambda group: migration.downgrade(self.groups, group),
         )
         self._states: weakref.WeakKeyDictionary[Topic, asyncio.Future[ProducerStates]] = (
             weakref.WeakKeyDictionary()

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import struct
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -213,3 +213,36 @@ class FrameReader:
         frame = bytes(self._buf[4 : 4 + size])
         del self._buf[: 4 + size]
         return frame
+
+
+# -- the consumer protocol's own payloads (JoinGroup metadata, SyncGroup assignment) ------
+
+
+def decode_subscription(data: bytes) -> Any:
+    """A classic member's ConsumerProtocolSubscription (``topics``; ``owned_partitions`` from
+    v1). ValueError when the bytes do not decode."""
+    try:
+        return consumer.ConsumerProtocolSubscription.decode(data)
+    except Exception as e:  # the codec raises struct/index/value errors on bad bytes
+        raise ValueError(f"the member's subscription does not decode: {e!r}") from None
+
+
+def decode_assignment(data: bytes) -> set[tuple[str, int]]:
+    """The (topic, partition)s of a ConsumerProtocolAssignment; empty for none or for an
+    assignor's own format."""
+    if not data:
+        return set()
+    try:
+        assignment = consumer.ConsumerProtocolAssignment.decode(data)
+    except Exception:  # not the consumer protocol's format: nothing known to be owned
+        return set()
+    return {(tp.topic, p) for tp in assignment.assigned_partitions for p in tp.partitions}
+
+
+def encode_assignment(partitions: Iterable[tuple[str, int]]) -> bytes:
+    """A version-0 ConsumerProtocolAssignment of ``partitions``."""
+    by_topic: dict[str, list[int]] = {}
+    for topic, p in sorted(partitions):
+        by_topic.setdefault(topic, []).append(p)
+    message = consumer.ConsumerProtocolAssignment(0, sorted(by_topic.items()), b"")
+    return bytes(message.encode())
