@@ -124,6 +124,12 @@ _STANDALONE_FLAGS: list[tuple[str, str, type, str]] = [
     ),
     ("--fetch-max-bytes", "fetch_max_bytes", int, "largest Kafka fetch response in bytes"),
     ("--tail-cache-bytes", "tail_cache_bytes", int, "node-wide cache of the newest entries"),
+    (
+        "--max-open-segment-files",
+        "max_open_segment_files",
+        int,
+        "segment files open at once; idle ones beyond are closed (at most half of ulimit -n)",
+    ),
     ("--retention-check-interval", "retention_check_interval", float, "seconds between sweeps"),
     ("--tier-url", "tier_url", str, "object store: file:///DIR or s3://BUCKET/PREFIX?endpoint=.."),
     ("--offload-check-interval", "offload_check_interval", float, "seconds between sweeps"),

@@ -59,6 +59,9 @@ class Settings:
     segment_max_entries: int = 0  # 0 = no limit
     index_interval_bytes: int = 4096  # bytes between a segment's offset/time index entries
     tail_cache_bytes: int = 512 * MiB  # newest entries of all partitions, per node
+    # segment files held open at once, node-wide (BookKeeper's openFileLimit); idle ones
+    # beyond it are closed and reopened on demand. At most half the open-file limit is used
+    max_open_segment_files: int = 1024
     bind_address: str = "127.0.0.1"
     advertised_address: str = ""  # default: bind_address
     # Pulsar listeners named in LOOKUP answers: "internal:pulsar://h:p,external:pulsar://h:p"
@@ -179,6 +182,7 @@ _POSITIVE = {
     "segment_max_bytes",
     "index_interval_bytes",
     "tail_cache_bytes",
+    "max_open_segment_files",
     "max_message_size",
     "fetch_max_bytes",
     "group_min_session_timeout_ms",

@@ -15,6 +15,7 @@ from magnetar.storage.errors import (
     PartitionNotFoundError,
     SegmentNotLocalError,
     StorageError,
+    TooManyOpenFilesError,
     WriteFailedError,
 )
 from magnetar.storage.segment import SegmentInfo, SegmentState
@@ -32,5 +33,6 @@ __all__ = [
     "SegmentState",
     "StorageEngine",
     "StorageError",
+    "TooManyOpenFilesError",
     "WriteFailedError",
 ]

@@ -20,6 +20,7 @@ from magnetar.core.clock import Clock
 from magnetar.core.config import Settings
 from magnetar.meta import BadVersionError, MetadataStore, NodeExistsError
 from magnetar.storage.fileio import fsync_dir
+from magnetar.storage.open_files import OpenFiles
 from magnetar.storage.partition import PartitionLog
 from magnetar.storage.segment import Segment, SegmentInfo, SegmentState
 from magnetar.storage.tail_cache import CacheBudget, TailCache
@@ -65,7 +66,7 @@ async def next_id(meta: MetadataStore, kind: str) -> int:
 
 
 async def create_partition(
-    meta: MetadataStore, settings: Settings, name: str, cache: TailCache
+    meta: MetadataStore, settings: Settings, name: str, cache: TailCache, files: OpenFiles
 ) -> PartitionLog:
     """Register a partition and make its directory. Durable when this returns."""
     pid = await next_id(meta, "partition")
@@ -74,11 +75,11 @@ async def create_partition(
     fsync_dir(settings.ledger_path)
     body = json.dumps({"id": pid, "name": name}).encode()
     await meta.put(partition_path(name), body, expected_version=-1)
-    return PartitionLog(name, pid, directory, cache)
+    return PartitionLog(name, pid, directory, cache, files)
 
 
 async def load_partitions(
-    meta: MetadataStore, settings: Settings, budget: CacheBudget
+    meta: MetadataStore, settings: Settings, budget: CacheBudget, files: OpenFiles
 ) -> list[PartitionLog]:
     """Every registered partition with its segments (files not yet opened)."""
     parts = []
@@ -88,7 +89,7 @@ async def load_partitions(
             continue
         raw = json.loads(node.value)
         directory = partition_dir(settings, raw["id"])
-        part = PartitionLog(raw["name"], raw["id"], directory, budget.cache())
+        part = PartitionLog(raw["name"], raw["id"], directory, budget.cache(), files)
         for sid in await meta.list_children(segments_path(part.partition_id)):
             seg_node = await meta.get(f"{segments_path(part.partition_id)}/{sid}")
             if seg_node is None:
@@ -97,6 +98,7 @@ async def load_partitions(
                 SegmentInfo.from_bytes(seg_node.value),
                 part.directory,
                 settings.index_interval_bytes,
+                files,
             )
             seg.version = seg_node.stat.version
             part.segments.append(seg)
@@ -124,7 +126,7 @@ async def new_segment(
         end_offset=first,
         created_ms=clock.now_ms(),
     )
-    seg = Segment(info, part.directory, settings.index_interval_bytes)
+    seg = Segment(info, part.directory, settings.index_interval_bytes, part.files)
     seg.open_for_append()
     stat = await meta.put(segment_path(info), info.to_bytes(), expected_version=-1)
     seg.version = stat.version

@@ -41,6 +41,7 @@ from magnetar.storage.errors import (
 )
 from magnetar.storage.fileio import as_storage_error, fsync_dir, writev_all
 from magnetar.storage.journal import Journal, remove_before
+from magnetar.storage.open_files import OpenFiles, segment_file_cap
 from magnetar.storage.partition import PartitionLog
 from magnetar.storage.records import check_header_fields, encode_header, journal_prefix
 from magnetar.storage.recovery import recover
@@ -126,6 +127,7 @@ class StorageEngine:
         self.ledger_dir = settings.ledger_path
         self.stats = EngineStats()
         self.cache_budget = CacheBudget(settings.tail_cache_bytes)
+        self.files = OpenFiles(segment_file_cap(settings.max_open_segment_files))
         self._partitions: dict[str, PartitionLog] = {}
         self._journal: Journal | None = None
         self._pending: list[_Pending] = []
@@ -148,8 +150,9 @@ class StorageEngine:
         check_writable("ledger_dir", settings.ledger_path)
         engine = cls(settings, meta, clock)
         try:
-            state = await recover(settings, meta, clock, engine.cache_budget)
+            state = await recover(settings, meta, clock, engine.cache_budget, engine.files)
         except BaseException:
+            engine.files.close_all()
             engine._shutdown_threads()
             raise
         engine._partitions = {p.name: p for p in state.partitions}
@@ -178,7 +181,7 @@ class StorageEngine:
             if name in self._partitions:
                 return
             cache = self.cache_budget.cache()
-            part = await catalog.create_partition(self.meta, self.settings, name, cache)
+            part = await catalog.create_partition(self.meta, self.settings, name, cache, self.files)
             await catalog.new_segment(self.meta, self.settings, part, self.clock)
             self._partitions[name] = part
 
@@ -506,10 +509,11 @@ class StorageEngine:
         try:
             for seg, buffers in plan.segments.items():
                 written.append((seg, seg.info.size))
-                writev_all(seg.write_fd, buffers)
+                with seg.writing() as fd:
+                    writev_all(fd, buffers)
         except BaseException:
             for seg, size in written:
-                os.ftruncate(seg.write_fd, size)
+                os.truncate(seg.path, size)
             assert self._journal is not None
             self._journal.truncate(position)
             raise
@@ -603,9 +607,8 @@ class StorageEngine:
                 self._journal = self._journal.rotate()
             synced = {}
             for part in dirty:
-                seg = part.open_segment
-                if seg.write_fd >= 0:
-                    os.fsync(seg.write_fd)
+                with part.open_segment.writing() as fd:
+                    os.fsync(fd)
             for part in self._partitions.values():
                 synced[part.open_segment.info.segment_id] = part.open_segment.info.size
             fsync_dir(self.ledger_dir)
@@ -675,6 +678,7 @@ class StorageEngine:
             for part in self._partitions.values():
                 part.close()
             self._shutdown_threads()
+            self.files.close_all()
 
     def _shutdown_threads(self) -> None:
         self._writer.shutdown(wait=True)

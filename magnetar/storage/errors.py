@@ -42,6 +42,14 @@ class WriteFailedError(StorageError):
     retriable = True
 
 
+class TooManyOpenFilesError(StorageError):
+    """The process is out of file descriptors (EMFILE) even after closing idle segment
+    files; nothing was written. Raise the open-file limit or lower the connection caps."""
+
+    code = "storage.too_many_open_files"
+    retriable = True
+
+
 class PartitionNotFoundError(StorageError):
     """No partition of that name exists in this storage engine; create it first."""
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from magnetar.core.entries import Entry
 from magnetar.storage.errors import CorruptionError, OffsetOutOfRangeError, SegmentNotLocalError
+from magnetar.storage.open_files import OpenFiles
 from magnetar.storage.segment import Segment, SegmentState
 from magnetar.storage.tail_cache import TailCache
 
@@ -18,10 +19,13 @@ class PartitionLog:
     the last *durable* entry (what readers may see). They differ only while a flush runs.
     """
 
-    def __init__(self, name: str, partition_id: int, directory: Path, cache: TailCache) -> None:
+    def __init__(
+        self, name: str, partition_id: int, directory: Path, cache: TailCache, files: OpenFiles
+    ) -> None:
         self.name = name
         self.partition_id = partition_id
         self.directory = directory
+        self.files = files  # the node's open segment files
         self.segments: list[Segment] = []
         self.cache = cache
         self.next_offset = 0

@@ -33,6 +33,7 @@ from magnetar.storage.journal import (
     remove_before,
 )
 from magnetar.storage.journal import replay as replay_journal
+from magnetar.storage.open_files import OpenFiles
 from magnetar.storage.partition import PartitionLog
 from magnetar.storage.records import ENTRY_HEADER_SIZE, claimed_range, encode_header
 from magnetar.storage.segment import SegmentState, scan_valid_prefix
@@ -50,13 +51,17 @@ class Recovered:
 
 
 async def recover(
-    settings: Settings, meta: MetadataStore, clock: Clock, budget: CacheBudget
+    settings: Settings,
+    meta: MetadataStore,
+    clock: Clock,
+    budget: CacheBudget,
+    files: OpenFiles,
 ) -> Recovered:
     checkpoint = await catalog.load_checkpoint(meta)
     existing = list_journal_files(settings.journal_path)
     if checkpoint is None:
         checkpoint = catalog.Checkpoint(existing[0] if existing else 1, 0, {})
-    parts = await catalog.load_partitions(meta, settings, budget)
+    parts = await catalog.load_partitions(meta, settings, budget, files)
     cut: list[TornTail] = []
     for part in parts:
         await _abandon_offloads(meta, part)
@@ -74,7 +79,8 @@ async def recover(
     synced = {}
     for part in parts:
         seg = part.open_segment
-        os.fsync(seg.write_fd)
+        with seg.writing() as fd:
+            os.fsync(fd)
         synced[seg.info.segment_id] = seg.info.size
     number = max([checkpoint.journal, *existing]) + 1
     journal = Journal(settings.journal_path, number)
@@ -163,7 +169,8 @@ def _apply(part: PartitionLog, record: JournalRecord, settings: Settings) -> boo
         entry.payload,
     )
     pos = seg.info.size
-    writev_all(seg.write_fd, [header, entry.payload])
+    with seg.writing() as fd:
+        writev_all(fd, [header, entry.payload])
     seg.on_appended(entry, pos)
     part.next_offset = part.end_offset = entry.next_offset
     return True

@@ -15,6 +15,7 @@ import logging
 import os
 import struct
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from typing import Any
 from magnetar.storage.errors import CorruptionError
 from magnetar.storage.fileio import write_file_durably
 from magnetar.storage.index import NO_TIME, IndexBuilder, OffsetIndex, TimeIndex
+from magnetar.storage.open_files import APPEND, READ, OpenFiles
 from magnetar.storage.records import (
     ENTRY_HEADER_SIZE,
     MAX_ENTRY_SIZE,
@@ -84,26 +86,35 @@ def segment_file(directory: Path, segment_id: int, suffix: str = ".log") -> Path
 
 
 class Segment:
-    """Runtime view of one segment: its file, its indexes and its metadata record."""
+    """Runtime view of one segment: its file, its indexes and its metadata record. Its
+    descriptors are borrowed from the node's :class:`OpenFiles` for each use."""
 
-    def __init__(self, info: SegmentInfo, directory: Path, index_interval: int) -> None:
+    def __init__(
+        self, info: SegmentInfo, directory: Path, index_interval: int, files: OpenFiles
+    ) -> None:
         self.info = info
         self.path = segment_file(directory, info.segment_id)
         self.index_interval = index_interval
+        self.files = files
         self._builder: IndexBuilder | None = None
         self._offsets: OffsetIndex | None = None
         self._times: TimeIndex | None = None
-        self.write_fd = -1
-        self._read_fd = -1
         self.version = -1  # metadata version of ``info``
         self.index_rebuilds = 0  # indexes that did not verify and were rebuilt from the file
 
     # -- the open segment ---------------------------------------------------------------
 
     def open_for_append(self) -> None:
-        """Open the file for appends (creating it) with an empty in-memory index."""
-        self.write_fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        """Create the file if need be and start an empty in-memory index."""
+        with self.writing():
+            pass
         self._builder = IndexBuilder(self.index_interval)
+
+    @contextmanager
+    def writing(self) -> Iterator[int]:
+        """A descriptor that appends to the file, held open for the block (writer thread)."""
+        with self.files.use(self.path, APPEND) as fd:
+            yield fd
 
     def on_appended(self, entry: Entry, position: int) -> None:
         """Account for ``entry`` written at ``position`` (called after it is in the file)."""
@@ -121,8 +132,8 @@ class Segment:
         """Write both indexes durably and fsync the data. The segment stays writable until
         :meth:`finish_seal`, so a roll that fails later can simply be retried."""
         assert self._builder is not None
-        if self.write_fd >= 0:
-            os.fsync(self.write_fd)
+        with self.writing() as fd:
+            os.fsync(fd)
         parent, sid = self.path.parent, self.info.segment_id
         write_file_durably(segment_file(parent, sid, ".index"), self._builder.offsets.to_bytes())
         write_file_durably(segment_file(parent, sid, ".timeindex"), self._builder.times.to_bytes())
@@ -132,9 +143,7 @@ class Segment:
         if self._builder is not None:
             self._offsets, self._times = self._builder.offsets, self._builder.times
             self._builder = None
-        if self.write_fd >= 0:
-            os.close(self.write_fd)
-            self.write_fd = -1
+        self.files.forget(self.path)
 
     # -- reads --------------------------------------------------------------------------
 
@@ -227,17 +236,22 @@ class Segment:
                 raise CorruptionError(str(self.path), pos, "no entry where the index says")
             self._rebuild_indexes(f"no entry of offset {expected} at position {pos}")
 
-    def _fd(self) -> int:
-        if self._read_fd < 0:
-            try:
-                self._read_fd = os.open(self.path, os.O_RDONLY)
-            except FileNotFoundError:
-                raise CorruptionError(str(self.path), 0, "segment file is missing") from None
-        return self._read_fd
+    @contextmanager
+    def _reading(self) -> Iterator[int]:
+        try:
+            with self.files.use(self.path, READ) as fd:
+                yield fd
+        except FileNotFoundError:
+            raise CorruptionError(str(self.path), 0, "segment file is missing") from None
 
     def iter_entries(self, pos: int, end: int) -> Iterator[tuple[int, Entry]]:
-        """Entries from byte ``pos`` up to byte ``end``, verified; CorruptionError on damage."""
-        fd, buf, buf_start = self._fd(), b"", pos
+        """Entries from byte ``pos`` up to byte ``end``, verified; CorruptionError on damage.
+        The file stays open (pinned) until the iterator is exhausted or closed."""
+        with self._reading() as fd:
+            yield from self._entries(fd, pos, end)
+
+    def _entries(self, fd: int, pos: int, end: int) -> Iterator[tuple[int, Entry]]:
+        buf, buf_start = b"", pos
         while pos < end:
             rel = pos - buf_start
             if rel + ENTRY_HEADER_SIZE > len(buf):
@@ -287,10 +301,7 @@ class Segment:
         return None
 
     def close(self) -> None:
-        for fd in (self.write_fd, self._read_fd):
-            if fd >= 0:
-                os.close(fd)
-        self.write_fd = self._read_fd = -1
+        self.files.forget(self.path)
 
 
 def scan_valid_prefix(path: Path) -> tuple[list[tuple[int, Entry]], int, str]:

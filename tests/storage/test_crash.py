@@ -33,6 +33,7 @@ import pytest
 from magnetar.core.errors import MagnetarError
 from magnetar.meta import open_metadata_store
 from magnetar.storage import SegmentState, StorageEngine, catalog
+from magnetar.storage.open_files import OpenFiles
 from magnetar.storage.tail_cache import CacheBudget
 from magnetar.testing.processes import PythonChild
 from tests.storage.crash_child import (
@@ -114,7 +115,7 @@ async def _lose_unsynced_segment_bytes(data_dir: Path, rng: random.Random) -> in
     meta = open_metadata_store(settings.metadata)
     try:
         checkpoint = await catalog.load_checkpoint(meta)
-        partitions = await catalog.load_partitions(meta, settings, CacheBudget(0))
+        partitions = await catalog.load_partitions(meta, settings, CacheBudget(0), OpenFiles(64))
     finally:
         await meta.aclose()
     synced = checkpoint.synced if checkpoint is not None else {}
