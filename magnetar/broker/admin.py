@@ -191,6 +191,7 @@ class TopicAdmin:
         topic = await self.require(name)
         segments = topic.ledger.segments()
         end = topic.ledger.end_offset
+        damaged = topic.ledger.damaged()
         return {
             "entriesAddedCounter": end,
             "numberOfEntries": end - topic.ledger.start_offset,
@@ -213,9 +214,12 @@ class TopicAdmin:
                     "offloaded": s.state.value == "OFFLOADED",
                     "local": s.local,
                     "location": _location(s.local, s.offload),
+                    # Magnetar's own: what a read or check found wrong with it ("" if nothing)
+                    "damaged": damaged.get(s.segment_id, ""),
                 }
                 for s in segments
             ],
+            "damagedLedgers": sorted(damaged),
             "cursors": {
                 n: {
                     "markDeletePosition": position(topic, s.cursor.mark_delete - 1),
@@ -227,6 +231,13 @@ class TopicAdmin:
                 for n, s in topic.subscriptions.items()
             },
         }
+
+    async def check(self, name: TopicName) -> dict[str, Any]:
+        """Read and verify every stored entry of the topic (``magnetar admin topics check``):
+        ``ok``, and one row per segment with the error found in it, if any."""
+        topic = await self.require(name)
+        rows = await topic.ledger.check()
+        return {"topic": str(name), "ok": not any(r["error"] for r in rows), "ledgers": rows}
 
     async def last_message_id(self, name: TopicName) -> dict[str, Any]:
         topic = await self.require(name)

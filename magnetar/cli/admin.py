@@ -263,6 +263,19 @@ def _partitioned_stats(a: argparse.Namespace, r: RestClient) -> Any:
     return r.call("GET", _t(a, f"/partitioned-stats?perPartition={each}"))
 
 
+def _check(a: argparse.Namespace, r: RestClient) -> Any:
+    """The check's report when nothing is damaged; else an error (exit code 1) naming each
+    damaged segment, its file, byte and problem."""
+    report = r.call("GET", _t(a, "/check"))
+    if report["ok"]:
+        return report
+    rows = [row for part in report.get("partitions", [report]) for row in part["ledgers"]]
+    damaged = [f"segment {x['segmentId']}: {x['error']}" for x in rows if x["error"]]
+    raise AdminCallError(
+        f"{report['topic']}: {len(damaged)} damaged segment(s):\n  " + "\n  ".join(damaged)
+    )
+
+
 TOPICS: list[tuple[str, str, list[tuple[list[str], dict[str, Any]]], Action]] = [
     (
         "list",
@@ -313,6 +326,12 @@ TOPICS: list[tuple[str, str, list[tuple[list[str], dict[str, Any]]], Action]] = 
         "segments and cursors (of each partition, for a partitioned topic)",
         _TOPIC,
         lambda a, r: _stats(a, r, "internal-stats", "partitioned-internalStats"),
+    ),
+    (
+        "check",
+        "read and verify every stored entry; exit 1 naming each damaged segment's file and byte",
+        _TOPIC,
+        _check,
     ),
     ("last-message-id", "", _TOPIC, lambda a, r: r.call("GET", _t(a, "/lastMessageId"))),
     (

@@ -794,6 +794,17 @@ class ReplicatedStorage:
         ledger.times = array.array("q", (rows[i][1] for i in range(ledger.last_entry + 1)))
         return ledger.bases
 
+    async def check(self, name: str) -> list[dict[str, Any]]:
+        """Not available yet for replicated ledgers: each storage node verifies its own
+        copies, and a read that meets damage on one replica is served by the next."""
+        raise StorageError(
+            f"check of {name}: replicated ledgers are not checked from the broker yet; a "
+            "damaged replica is skipped by reads, which go to the next one"
+        )
+
+    def damaged(self, name: str) -> dict[int, str]:
+        return {}
+
     async def replica_reads(self, name: str, segment_id: int) -> list[dict[str, Any]] | None:
         """Where a reader may fetch a closed segment straight from storage nodes: one
         ``{"first", "end", "flight": [URLs]}`` per ensemble fragment, every listed node

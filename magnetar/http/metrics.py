@@ -143,6 +143,11 @@ def storage_metrics(engine: StorageEngine, cluster: str) -> MetricSource:
             ("magnetar_tail_cache_hits", "Reads served from the tail cache", s.cache_hits),
             ("magnetar_tail_cache_misses", "Reads of stored entries from files", s.cache_misses),
             ("magnetar_tail_cache_evictions", "Entries evicted from the cache", cache.evictions),
+            (
+                "magnetar_storage_disk_full_episodes",
+                "Times appends started failing for want of disk",
+                s.disk_full_episodes,
+            ),
         ):
             total = counter(name, text, labels)
             total.add_metric([cluster], value)
@@ -159,6 +164,22 @@ def storage_metrics(engine: StorageEngine, cluster: str) -> MetricSource:
             ("magnetar_tail_cache_entries", "Entries held in the tail cache", cache.entries),
             ("magnetar_storage_disk_full", "1 while appends fail for want of disk", s.disk_full),
             ("magnetar_storage_partitions", "Partitions stored", len(engine.partitions())),
+            (
+                "magnetar_storage_damaged_segments",
+                "Segments a read or check found damaged (admin topics check names them)",
+                engine.damaged_segments(),
+            ),
+            ("magnetar_storage_open_segment_files", "Segment files open", engine.files.open_count),
+            (
+                "magnetar_storage_recovery_cut_bytes",
+                "Bytes of torn tails cut at the last start (journal and segments)",
+                s.recovery_cut_bytes,
+            ),
+            (
+                "magnetar_storage_recovery_cut_records",
+                "Torn tails cut at the last start; a journal one may be a power-damaged ack",
+                s.recovery_cut_records,
+            ),
         ):
             level = gauge(name, text, labels)
             level.add_metric([cluster], float(v))

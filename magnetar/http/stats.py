@@ -6,6 +6,8 @@
                                                  partitions; each partition's own under
                                                  "partitions" (``?perPartition=false``: none)
     GET .../{topic}/partitioned-internalStats   each partition's internal stats
+    GET .../{topic}/check                       read and verify every stored entry (each
+                                                 partition's for a partitioned topic)
 
 Read-only: nothing here changes or persists anything.
 """
@@ -82,8 +84,16 @@ def stats_routes(broker: Broker, admin: TopicAdmin) -> list[Route]:
         each = {str(p): await admin.internal_stats(p) for p in parts}
         return ok({"metadata": {"partitions": len(parts)}, "partitions": each})
 
+    async def check(request: web.Request) -> web.Response:
+        name = _topic(request)
+        if await broker.partitions(name) <= 0:
+            return ok(await admin.check(name))
+        each = [await admin.check(p) for p in await _partitions(broker, name)]
+        return ok({"topic": str(name), "ok": all(c["ok"] for c in each), "partitions": each})
+
     return [
         Route("GET", T + "/internalStats", internal_stats, "Segments and cursors"),
+        Route("GET", T + "/check", check, "Read and verify every stored entry"),
         Route("GET", T + "/internal-stats", internal_stats, "Alias of internalStats"),
         Route("GET", T + "/partitioned-stats", partitioned_stats, "Stats summed over partitions"),
         Route(

@@ -86,6 +86,15 @@ class LedgerStorage(Protocol):
 
     def segments(self, name: str) -> list[SegmentInfo]: ...
 
+    async def check(self, name: str) -> list[dict[str, Any]]:
+        """Read and verify every stored entry: one row per segment (``segmentId``,
+        ``state``, ``entries``, ``error``: file, byte and problem, or "")."""
+        ...
+
+    def damaged(self, name: str) -> dict[int, str]:
+        """Segments found damaged by a read or a check since start: id -> problem."""
+        ...
+
 
 class ManagedLedger:
     """One partition's log. Appends are durable when :meth:`append` returns."""
@@ -452,6 +461,13 @@ class ManagedLedger:
     def release(self) -> None:
         """This broker stops writing the partition (it lost ownership); see LedgerStorage."""
         self.storage.release(self.name)
+
+    async def check(self) -> list[dict[str, Any]]:
+        """Verify every stored entry of this partition (see LedgerStorage.check)."""
+        return await self.storage.check(self.name)
+
+    def damaged(self) -> dict[int, str]:
+        return self.storage.damaged(self.name)
 
     async def replica_reads(self, segment_id: int) -> list[dict[str, Any]] | None:
         """``[{"first", "end", "flight": [URLs]}]``: storage nodes that serve the closed

@@ -217,6 +217,8 @@ class StorageEngine:
                 return []
             part.segments = [s for s in part.segments if s not in doomed]
             for seg in doomed:
+                part.damaged.pop(seg.info.segment_id, None)
+            for seg in doomed:
                 await catalog.delete_segment(self.meta, seg)
             await asyncio.get_running_loop().run_in_executor(self._writer, _unlink_segments, doomed)
             return [dataclasses.replace(s.info, state=SegmentState.DELETED) for s in doomed]
@@ -646,6 +648,20 @@ class StorageEngine:
             self.stats.cache_misses += 1
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._readers, part.read, offset, max_entries, max_bytes)
+
+    async def check(self, name: str) -> list[dict[str, Any]]:
+        """Verify every stored entry of the partition (see :meth:`PartitionLog.check`)."""
+        part = self._part(name)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._readers, part.check)
+
+    def damaged(self, name: str) -> dict[int, str]:
+        """Segments of the partition found damaged (by a read or a check): id -> problem."""
+        return dict(self._part(name).damaged)
+
+    def damaged_segments(self) -> int:
+        """How many segments of this node are known to be damaged."""
+        return sum(len(p.damaged) for p in self._partitions.values())
 
     async def find_offset(self, name: str, ts: int) -> int:
         """The first offset whose publish time is >= ``ts`` (the end offset if none)."""

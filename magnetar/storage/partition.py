@@ -30,6 +30,8 @@ class PartitionLog:
         self.cache = cache
         self.next_offset = 0
         self.end_offset = 0
+        # segment id -> what is wrong with it (file, byte, problem), found by a read or check
+        self.damaged: dict[int, str] = {}
 
     @property
     def open_segment(self) -> Segment:
@@ -76,8 +78,9 @@ class PartitionLog:
                 )
             try:
                 got = segment.read(offset, max_entries - len(out), max_bytes, segment.info.size)
-            except (CorruptionError, OSError):
+            except (CorruptionError, OSError) as e:
                 self._explain_vanished(segment, offset)
+                self.damaged[segment.info.segment_id] = str(e)
                 if out:
                     break  # what lies before the damage is delivered; the next read raises
                 raise
@@ -129,10 +132,35 @@ class PartitionLog:
             if segment.info.segment_id == segment_id:
                 try:
                     return segment.find_time(ts, segment.info.size)
-                except (CorruptionError, OSError):
+                except (CorruptionError, OSError) as e:
                     self._explain_vanished(segment, segment.info.first_offset)
+                    self.damaged[segment_id] = str(e)
                     raise
         raise OffsetOutOfRangeError(f"segment {segment_id} of {self.name} no longer exists")
+
+    def check(self) -> list[dict[str, object]]:
+        """Read every entry of every local segment, verifying each checksum (a scrub; runs on
+        a reader thread). One row per segment: its id, state, entries found, and ``error``
+        (file, byte, problem) or ``""``. Updates :attr:`damaged` with what it finds."""
+        rows: list[dict[str, object]] = []
+        for segment in list(self.segments):
+            info = segment.info
+            row: dict[str, object] = {"segmentId": info.segment_id, "state": info.state.value}
+            if info.state is SegmentState.DELETED or not info.local:
+                rows.append({**row, "entries": info.entries, "error": "", "local": False})
+                continue
+            found, error = 0, ""
+            try:
+                for _ in segment.iter_entries(0, info.size):
+                    found += 1
+            except (CorruptionError, OSError) as e:
+                error = str(e)
+            if error:
+                self.damaged[info.segment_id] = error
+            else:
+                self.damaged.pop(info.segment_id, None)
+            rows.append({**row, "entries": found, "error": error, "local": True})
+        return rows
 
     def close(self) -> None:
         for segment in self.segments:

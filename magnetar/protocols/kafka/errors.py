@@ -45,6 +45,7 @@ class ErrorCode(enum.IntEnum):
     INVALID_CONFIG = 40
     INVALID_REQUEST = 42
     UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
+    POLICY_VIOLATION = 44
     OUT_OF_ORDER_SEQUENCE_NUMBER = 45
     DUPLICATE_SEQUENCE_NUMBER = 46
     INVALID_PRODUCER_EPOCH = 47
@@ -152,13 +153,18 @@ _BY_MAGNETAR_CODE = {
     "broker.not_found": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
     "broker.exists": ErrorCode.TOPIC_ALREADY_EXISTS,
     "broker.invalid": ErrorCode.INVALID_REQUEST,
+    "broker.partition_count": ErrorCode.INVALID_PARTITIONS,  # over the broker's maximum
+    "broker.too_many_topics": ErrorCode.POLICY_VIOLATION,  # the namespace is full
     "broker.message_too_large": ErrorCode.MESSAGE_TOO_LARGE,
     "broker.not_owner": ErrorCode.NOT_LEADER_OR_FOLLOWER,  # another broker serves it
     "broker.topic_fenced": ErrorCode.NOT_LEADER_OR_FOLLOWER,  # moving to another broker
     "storage.offset_out_of_range": ErrorCode.OFFSET_OUT_OF_RANGE,
     "storage.disk_full": ErrorCode.KAFKA_STORAGE_ERROR,
     "storage.write_failed": ErrorCode.KAFKA_STORAGE_ERROR,
-    "storage.corrupt": ErrorCode.KAFKA_STORAGE_ERROR,
+    "storage.too_many_open_files": ErrorCode.KAFKA_STORAGE_ERROR,
+    # Damaged stored data: not retriable, so consumers surface it (librdkafka hands
+    # "Broker: Corrupt message" to poll(); KAFKA_STORAGE_ERROR it would retry silently).
+    "storage.corrupt": ErrorCode.CORRUPT_MESSAGE,
     InvalidNameError.code: ErrorCode.INVALID_TOPIC_EXCEPTION,
 }
 

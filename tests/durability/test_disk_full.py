@@ -1,0 +1,86 @@
+"""A full disk (issue 21, item 9): logged once per episode with the free space, shown in
+/metrics, Kafka producers get an answer in bounded time, and writes resume once space is
+back. The data directory is a small tmpfs filled with a ballast file.
+
+Kafka's answer stays KAFKA_STORAGE_ERROR, what Kafka itself answers for a failed log
+directory: it is retriable, so clients retry until their delivery timeout (librdkafka's
+message.timeout.ms, the Java client's delivery.timeout.ms) and then report the message
+failed; nothing of it was stored, so a retry after space returns is stored once.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import confluent_kafka
+import pytest
+
+from magnetar.testing.server import StandaloneProcess
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    mount = tmp_path / "small-disk"
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(mount)], capture_output=True
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs: {done.stderr!r}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def _fill(disk: Path) -> Path:
+    ballast = disk / "ballast"
+    with ballast.open("wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * (1 << 16))
+                f.flush()
+        except OSError:
+            pass
+    return ballast
+
+
+def _metric(server: StandaloneProcess, name: str) -> float:
+    body = urllib.request.urlopen(f"{server.http_url}/metrics", timeout=30).read().decode()
+    [line] = [x for x in body.splitlines() if x.startswith(name + "{")]
+    return float(line.rsplit(" ", 1)[1])
+
+
+def _produce(bootstrap: str, n: int) -> list[object]:
+    producer = confluent_kafka.Producer(
+        {"bootstrap.servers": bootstrap, "message.timeout.ms": 5000, "linger.ms": 0}
+    )
+    results: list[object] = []
+    for _ in range(n):
+        producer.produce("full", b"x" * 10_000, on_delivery=lambda e, _m: results.append(e))
+        producer.flush(30)
+    return results
+
+
+def test_disk_full_is_logged_once_measured_answered_and_recovers(small_disk: Path) -> None:
+    with StandaloneProcess(small_disk / "data") as server:
+        bootstrap = f"127.0.0.1:{server.kafka_port}"
+        assert _produce(bootstrap, 1) == [None]
+        ballast = _fill(small_disk)
+        failed = _produce(bootstrap, 3)  # each answered in bounded time, none stored
+        assert len(failed) == 3 and all(e is not None for e in failed), failed
+        assert _metric(server, "magnetar_storage_disk_full") == 1
+        assert _metric(server, "magnetar_storage_disk_full_episodes_total") == 1
+        full = [line for line in server.output if "disk full" in line]
+        assert len(full) == 1, full  # once per episode, however many appends failed
+        assert "MiB free" in full[0] and str(small_disk) in full[0]
+
+        ballast.unlink()
+        assert _produce(bootstrap, 2) == [None, None]
+        assert _metric(server, "magnetar_storage_disk_full") == 0
+        assert len([x for x in server.output if "disk space is back" in x]) == 1
