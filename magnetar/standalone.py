@@ -27,9 +27,10 @@ from magnetar.core.config import Settings, parse_listeners
 from magnetar.core.connections import ConnectionLimits
 from magnetar.core.errors import MagnetarError
 from magnetar.core.ports import check_free, listening
+from magnetar.http import bodies
 from magnetar.http.cluster_metrics import cluster_metrics
 from magnetar.http.metrics import MetricSource, storage_metrics
-from magnetar.http.routes import Route, json_body, ok
+from magnetar.http.routes import Route, ok
 from magnetar.http.server import HttpServer
 from magnetar.ledger import LedgerFactory
 from magnetar.meta import MetadataStore, open_metadata_store
@@ -217,9 +218,32 @@ def _kafka_offset_routes(kafka: KafkaServer) -> list[Route]:
     or fetches a group's offset on a partition this broker serves."""
 
     async def offsets(request: web.Request) -> web.Response:
-        return ok(await offsets_here(kafka.service, await json_body(request)))
+        body = _offsets_request(await bodies.json_body(request))
+        return ok(await offsets_here(kafka.service, body))
 
     return [Route("POST", "/magnetar/v1/kafka/offsets", offsets, "Group offsets (brokers)")]
+
+
+def _offsets_request(body: object) -> dict[str, object]:
+    """The body a group coordinator sends (groups.py ``_at_owner``), checked: a malformed
+    one is a 400, never a KeyError in the handler."""
+    request = bodies.obj(body, "an offsets request")
+    op = bodies.choice(request.get("op"), "op", ("commit", "fetch"))
+    checked: dict[str, object] = {
+        "op": op,
+        "group": bodies.text(request.get("group"), "group", max_chars=1024),
+        "topic": bodies.text(request.get("topic"), "topic", max_chars=1024),
+        "partition": bodies.integer(
+            request.get("partition"), "partition", minimum=0, maximum=bodies.JAVA_INT
+        ),
+    }
+    if op == "commit":
+        checked["offset"] = bodies.integer(
+            request.get("offset"), "offset", minimum=-1, maximum=bodies.JAVA_LONG
+        )
+        metadata = request.get("metadata")
+        checked["metadata"] = None if metadata is None else bodies.text(metadata, "metadata")
+    return checked
 
 
 def _load(broker: Broker) -> tuple[int, int]:
@@ -393,6 +417,8 @@ def _broker_settings(s: Settings) -> BrokerSettings:
         offload_deletion_lag_ms=s.offload_deletion_lag_ms,
         max_unacked_messages_per_consumer=s.max_unacked_messages_per_consumer,
         max_unacked_messages_per_subscription=s.max_unacked_messages_per_subscription,
+        max_num_partitions_per_partitioned_topic=s.max_num_partitions_per_partitioned_topic,
+        max_topics_per_namespace=s.max_topics_per_namespace,
     )
 
 

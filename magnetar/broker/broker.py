@@ -19,6 +19,7 @@ from magnetar.broker.errors import (
     NamespaceNotFoundError,
     TopicNotFoundError,
 )
+from magnetar.broker.limits import TopicLimits
 from magnetar.broker.ownership import Ownership
 from magnetar.broker.policies import Namespaces, Policies, TopicPolicyStore
 from magnetar.broker.producer_names import ProducerNames
@@ -43,6 +44,8 @@ class BrokerSettings:
     cluster_name: str = "standalone"  # the prefix of generated producer names
     max_unacked_messages_per_consumer: int = 50_000  # Shared/Key_Shared; 0: no cap (Pulsar's)
     max_unacked_messages_per_subscription: int = 200_000  # Shared/Key_Shared; 0: no cap
+    max_num_partitions_per_partitioned_topic: int = 1024  # 0: no cap (Pulsar's default)
+    max_topics_per_namespace: int = 10_000  # each partition counts; 0: no cap (Pulsar's)
 
 
 class Broker:
@@ -64,6 +67,11 @@ class Broker:
         self._unwatch_topics = meta.watch(paths.TOPIC_POLICIES, self._on_topic_policy_change)
         self.producer_names = ProducerNames(settings.cluster_name)
         self.ownership: Ownership | None = None  # several brokers: who serves which bundle
+        self.limits = TopicLimits(
+            meta,
+            max_partitions_per_topic=settings.max_num_partitions_per_partitioned_topic,
+            max_topics_per_namespace=settings.max_topics_per_namespace,
+        )
 
     async def start(self) -> None:
         formats.limit_message_size(self.settings.max_message_size)
@@ -127,19 +135,21 @@ class Broker:
         return int(json.loads(node.value)["partitions"]) if node else 0
 
     async def create_partitioned_topic(self, name: TopicName, partitions: int) -> None:
-        if partitions < 1:
-            raise InvalidRequestError(f"a partitioned topic needs >= 1 partition, got {partitions}")
+        self.limits.check_partitions(name, partitions)
         await self.policies(name)  # the namespace must exist
         path = paths.partitioned_path(name.tenant, name.namespace, name.local)
         if await self.meta.exists(path) or await self.meta.exists(
             paths.topic_path(name.tenant, name.namespace, name.local)
         ):
             raise AlreadyExistsError(f"topic {name} already exists")
+        await self.limits.check_room(name, partitions)
         await self.meta.put(
             path, json.dumps({"partitions": partitions}).encode(), expected_version=-1
         )
 
     async def set_partitions(self, name: TopicName, partitions: int) -> None:
+        self.limits.check_partitions(name, partitions)
+        await self.limits.check_room(name, partitions - await self.partitions(name))
         path = paths.partitioned_path(name.tenant, name.namespace, name.local)
         await self.meta.put(path, json.dumps({"partitions": partitions}).encode())
 
@@ -191,6 +201,7 @@ class Broker:
             allowed = create and self.settings.allow_auto_topic_creation
             if not allowed:
                 raise TopicNotFoundError(f"topic {name} does not exist")
+            await self.limits.check_new_topic(name)
             await self.meta.put(paths.topic_path(name.tenant, name.namespace, name.local), b"{}")
         if self.ownership is not None:  # registered by any broker, served by its owner only
             await self.ownership.check(name)  # NotOwnerError: its client looks it up again

@@ -89,3 +89,18 @@ class CursorFencedError(BrokerError):
     owns the subscription and writes nothing more to it."""
 
     code = "broker.cursor_fenced"
+
+
+class PartitionCountError(InvalidRequestError):
+    """A partitioned topic asked for fewer than 1 partition or more than the broker's
+    ``max_num_partitions_per_partitioned_topic``; nothing was created or changed."""
+
+    code = "broker.partition_count"
+
+
+class TooManyTopicsError(InvalidRequestError):
+    """The namespace already holds ``max_topics_per_namespace`` topics (each partition
+    counts as one); nothing was created. Delete topics or raise the setting. A request the
+    broker does not allow now, as Pulsar's NotAllowedException."""
+
+    code = "broker.too_many_topics"

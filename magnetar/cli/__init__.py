@@ -122,6 +122,18 @@ _STANDALONE_FLAGS: list[tuple[str, str, type, str]] = [
         int,
         "Shared/Key_Shared subscription stops dispatching at N unacked (0: no cap)",
     ),
+    (
+        "--max-num-partitions-per-partitioned-topic",
+        "max_num_partitions_per_partitioned_topic",
+        int,
+        "partitions of one partitioned topic (0: no cap)",
+    ),
+    (
+        "--max-topics-per-namespace",
+        "max_topics_per_namespace",
+        int,
+        "topics of one namespace, partitions counted (0: no cap)",
+    ),
     ("--fetch-max-bytes", "fetch_max_bytes", int, "largest Kafka fetch response in bytes"),
     ("--tail-cache-bytes", "tail_cache_bytes", int, "node-wide cache of the newest entries"),
     (

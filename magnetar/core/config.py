@@ -105,6 +105,12 @@ class Settings:
     # Pulsar's caps on unacknowledged messages of Shared / Key_Shared subscriptions (0: none)
     max_unacked_messages_per_consumer: int = 50_000
     max_unacked_messages_per_subscription: int = 200_000
+    # partitions of one partitioned topic, over REST and Kafka CreateTopics (Pulsar's
+    # maxNumPartitionsPerPartitionedTopic; 0: no cap)
+    max_num_partitions_per_partitioned_topic: int = 1024
+    # topics of one namespace, each partition counted, auto-created ones included (Pulsar's
+    # maxTopicsPerNamespace; 0: no cap)
+    max_topics_per_namespace: int = 10_000
     fetch_max_bytes: int = 50 * MiB  # largest Kafka fetch response (Kafka's fetch.max.bytes)
     allow_auto_topic_creation: bool = True  # a producer or consumer of an unknown topic creates it
     retention_check_interval: float = 30.0  # seconds between retention / TTL sweeps
@@ -164,6 +170,8 @@ _NON_NEGATIVE = {
     "rereplication_grace_s",
     "max_unacked_messages_per_consumer",
     "max_unacked_messages_per_subscription",
+    "max_num_partitions_per_partitioned_topic",
+    "max_topics_per_namespace",
     "segment_max_age",
     "segment_max_entries",
     "offload_deletion_lag_ms",

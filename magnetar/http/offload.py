@@ -7,14 +7,15 @@ from aiohttp import web
 from magnetar.broker.admin import TopicAdmin, position
 from magnetar.broker.offload import OffloadService
 from magnetar.core.ids import MessageId
-from magnetar.http.routes import Route, json_body, ok
+from magnetar.http.bodies import json_body
+from magnetar.http.routes import Route, ok
 from magnetar.http.topics import T, _message_id, topic_of
 
 
 def offload_routes(admin: TopicAdmin, service: OffloadService) -> list[Route]:
     async def trigger(request: web.Request) -> web.Response:
         topic = await admin.require(topic_of(request))
-        body = await json_body(request, required=False)
+        body = await json_body(request, default=None)
         at: MessageId = _message_id(body, request.query.get("messageId"))
         before = topic.ledger.end_offset if at.is_latest else admin.offset_for(topic, at)
         count = service.request(topic, before)

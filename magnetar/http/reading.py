@@ -18,7 +18,8 @@ from aiohttp import web
 from magnetar.broker import Broker, SubType
 from magnetar.broker.errors import InvalidRequestError, TopicNotFoundError
 from magnetar.core.names import TopicName
-from magnetar.http.routes import Route, json_body, no_content, ok
+from magnetar.http.bodies import json_body, obj
+from magnetar.http.routes import Route, no_content, ok
 from magnetar.http.topics import topic_of
 
 V1 = "/magnetar/v1/topics/{tenant}/{namespace}/{topic}"
@@ -49,10 +50,9 @@ def routes(broker: Broker, flight_url: str | None) -> list[Route]:
 
     async def commit(request: web.Request) -> web.Response:
         name = topic_of(request)
-        body = await json_body(request)
-        if not isinstance(body, dict) or not isinstance(body.get("offsets"), dict):
-            raise InvalidRequestError('commit body must be {"offsets": {"<partition>": offset}}')
-        await _commit(broker, name, request.match_info["subscription"], body["offsets"])
+        body = obj(await json_body(request), 'a commit {"offsets": {"<partition>": offset}}')
+        offsets = obj(body.get("offsets"), '"offsets" ({"<partition>": offset})')
+        await _commit(broker, name, request.match_info["subscription"], offsets)
         return no_content()
 
     return [

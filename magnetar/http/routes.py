@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
-
-from magnetar.broker.errors import InvalidRequestError
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -21,19 +18,6 @@ class Route:
     handler: Handler
     summary: str
     body: str = ""  # a short description of the expected JSON body, if any
-
-
-async def json_body(request: web.Request, *, required: bool = True) -> Any:
-    """The request's JSON body; InvalidRequestError (400) when it is not JSON."""
-    raw = await request.text()
-    if not raw.strip():
-        if required:
-            raise InvalidRequestError("this call needs a JSON body")
-        return None
-    try:
-        return json.loads(raw)
-    except ValueError as e:
-        raise InvalidRequestError(f"malformed JSON body: {e}") from None
 
 
 def no_content() -> web.Response:

@@ -20,7 +20,8 @@ from aiohttp import web
 from magnetar.broker import Broker
 from magnetar.broker.errors import InvalidRequestError, SchemaNotFoundError
 from magnetar.broker.schemas import SchemaInfo
-from magnetar.http.routes import Route, json_body, ok
+from magnetar.http.bodies import json_body, obj, text
+from magnetar.http.routes import Route, ok
 from magnetar.http.topics import topic_of
 
 PATH = "/admin/v2/schemas/{tenant}/{namespace}/{topic}/schema"
@@ -84,6 +85,7 @@ def routes(broker: Broker) -> list[Route]:
     ]
 
 
+MAX_SCHEMA_CHARS = 512 * 1024  # a definition as text; the body as a whole is bounded too
 _BODY = '{"type": "AVRO" | "INT32" | ..., "schema": "definition as text", "properties": {}}'
 
 
@@ -92,11 +94,9 @@ def _payload(body: Any) -> SchemaInfo:
         raise InvalidRequestError(f"a schema is a JSON object like {_BODY}")
     kind = body["type"].upper()
     if kind not in TYPES:
-        raise InvalidRequestError(f"unknown schema type {body['type']!r}: one of {TYPES}")
-    definition = body.get("schema") or ""
-    properties = body.get("properties") or {}
-    if not isinstance(definition, str) or not isinstance(properties, dict):
-        raise InvalidRequestError('"schema" must be text and "properties" an object')
+        raise InvalidRequestError(f"unknown schema type {body['type']!r:.60}: one of {TYPES}")
+    definition = text(body.get("schema") or "", '"schema"', max_chars=MAX_SCHEMA_CHARS)
+    properties = obj(body.get("properties") or {}, '"properties"')
     return SchemaInfo(kind, definition.encode(), {str(k): str(v) for k, v in properties.items()})
 
 

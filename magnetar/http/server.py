@@ -2,7 +2,10 @@
 ``/metrics`` and the web console (``/console``).
 
 Every refusal is a 4xx with a JSON body ``{"reason": "..."}`` saying what is wrong, as
-Pulsar's admin API does; a refused call changes nothing.
+Pulsar's admin API does; a refused call changes nothing. Bodies are read by
+:mod:`magnetar.http.bodies` (bounded size and depth, typed). A 500 means a fault of the
+server, never of the request: it is logged with its traceback and answered
+``{"reason": "internal error ..."}``.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from magnetar.broker.offload import OffloadService
 from magnetar.core.errors import InvalidNameError, MagnetarError
 from magnetar.core.names import TopicName, check_namespace, check_tenant, check_topic
 from magnetar.http import messages, reading, schemas, tenants, topics
+from magnetar.http.bodies import MAX_BODY_BYTES, BodyTooLargeError
 from magnetar.http.broker_metrics import BrokerMetrics
 from magnetar.http.console import console_routes
 from magnetar.http.metrics import MetricsEndpoint, MetricSource
@@ -33,6 +37,9 @@ MAX_REQUEST_LINE = 64 * 1024
 
 _STATUS: list[tuple[type[MagnetarError], int]] = [
     (PreconditionFailedError, 412),
+    (be.TooManyTopicsError, 412),  # Pulsar: "Exceed maximum number of topics in namespace"
+    (be.PartitionCountError, 406),  # Pulsar: "Number of partitions should be ..."
+    (BodyTooLargeError, 413),
     (be.NotFoundError, 404),
     (be.AlreadyExistsError, 409),
     (be.NotEmptyError, 409),
@@ -54,11 +61,20 @@ async def errors_as_json(request: web.Request, handler: Handler) -> web.StreamRe
     try:
         return await handler(request)
     except MagnetarError as e:
-        return web.json_response({"reason": str(e)}, status=status_of(e))
+        status = status_of(e)
+        if status >= 500:
+            log.error("%s %s failed: %s", request.method, request.path, e, exc_info=e)
+        return web.json_response({"reason": str(e)}, status=status)
     except web.HTTPException as e:
         if e.status >= 400:
             return web.json_response({"reason": e.reason}, status=e.status)
         raise
+    except Exception as e:  # a fault of the server: say so, and keep the cause in the log
+        log.exception("%s %s failed", request.method, request.path)
+        return web.json_response(
+            {"reason": f"internal error ({type(e).__name__}: {e}); the server log has the cause"},
+            status=500,
+        )
 
 
 # path parameters that are names: each is checked before any handler builds a path from it
@@ -152,7 +168,8 @@ class HttpServer:
 
     def build_app(self) -> web.Application:
         app = web.Application(
-            middlewares=[errors_as_json, valid_names, redirect_to_owner(self.broker)]
+            middlewares=[errors_as_json, valid_names, redirect_to_owner(self.broker)],
+            client_max_size=MAX_BODY_BYTES,
         )
         table = self.routes()
         spec = openapi(table, __version__)

@@ -11,7 +11,9 @@ from aiohttp import web
 from magnetar.broker import Broker
 from magnetar.broker.errors import InvalidRequestError
 from magnetar.broker.policies import STRATEGIES, Policies
-from magnetar.http.routes import Route, json_body, no_content, ok
+from magnetar.http.bodies import JAVA_INT, JAVA_LONG, boolean, choice, integer, json_body, obj
+from magnetar.http.bodies import strings as string_list
+from magnetar.http.routes import Route, no_content, ok
 
 NS = "/admin/v2/namespaces/{tenant}/{namespace}"
 
@@ -26,7 +28,7 @@ def routes(broker: Broker) -> list[Route]:
         return ok(await ns.tenant(request.match_info["tenant"]))
 
     async def put_tenant(request: web.Request) -> web.Response:
-        info = await json_body(request, required=False) or {}
+        info = await json_body(request, default={})
         await ns.create_tenant(request.match_info["tenant"], _tenant_info(info))
         return no_content()
 
@@ -43,8 +45,7 @@ def routes(broker: Broker) -> list[Route]:
         return ok(await ns.namespaces(request.match_info["tenant"]))
 
     async def put_namespace(request: web.Request) -> web.Response:
-        body = await json_body(request, required=False)
-        policies = None if body is None else _policies_from(body)
+        policies = _policies_from(await json_body(request, default={}))
         await ns.create_namespace(
             request.match_info["tenant"], request.match_info["namespace"], policies
         )
@@ -84,37 +85,40 @@ async def _partitioned(broker: Broker, tenant: str, namespace: str) -> list[str]
     return await broker.meta.list_children(f"/admin/partitioned/{tenant}/{namespace}")
 
 
-def _tenant_info(info: Any) -> dict[str, Any]:
-    if not isinstance(info, dict):
-        raise InvalidRequestError("tenant info must be a JSON object")
-    roles, clusters = info.get("adminRoles", []), info.get("allowedClusters", [])
-    for value in (roles, clusters):
-        if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
-            raise InvalidRequestError(
-                f"adminRoles and allowedClusters must be lists of strings, got {value!r}"
-            )
-    return {"adminRoles": roles, "allowedClusters": clusters}
+def _tenant_info(body: Any) -> dict[str, Any]:
+    """Pulsar's TenantInfo; missing fields are empty lists (Magnetar has one cluster and
+    does not check ``allowedClusters``)."""
+    info = obj(body, "tenant info")
+    return {
+        "adminRoles": string_list(info.get("adminRoles", []), "adminRoles"),
+        "allowedClusters": string_list(info.get("allowedClusters", []), "allowedClusters"),
+    }
 
 
 def _policies_from(body: Any) -> Policies:
     """Policies from a namespace-creation body (Pulsar's field names), each value checked
     as its own policy call checks it; fields Magnetar does not know are ignored, as Pulsar
     ignores unknown JSON properties."""
-    if not isinstance(body, dict):
-        raise InvalidRequestError("namespace policies must be a JSON object")
+    policies = obj(body, "namespace policies")
     parsers = {field: parse for _, field, parse, _, _ in _POLICIES}
     parsers["backlog_quota_map"] = _backlog_quota_map
-    values = {k: parsers[k](v) for k, v in body.items() if k in parsers and v is not None}
+    values = {k: parsers[k](v) for k, v in policies.items() if k in parsers and v is not None}
     return Policies(**values)
 
 
 # -- policies: one GET/POST(/PUT)/DELETE trio per policy ---------------------------------------
 
+# Every number has Pulsar's bounds: -1 (where it means "no limit") or 0 up to its Java type's
+# maximum. E/Qw/Qa are bounded far lower: a ledger's work grows with E x Qw.
+MAX_ENSEMBLE = 64
 
-def _int(value: Any, name: str, *, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise InvalidRequestError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return value
+
+def _int(value: Any, name: str, *, minimum: int, maximum: int = JAVA_INT) -> int:
+    return integer(value, name, minimum=minimum, maximum=maximum)
+
+
+def _long(value: Any, name: str, *, minimum: int) -> int:
+    return integer(value, name, minimum=minimum, maximum=JAVA_LONG)
 
 
 def _retention(value: Any) -> dict[str, int]:
@@ -123,32 +127,28 @@ def _retention(value: Any) -> dict[str, int]:
             'retention must be {"retentionTimeInMinutes": N, "retentionSizeInMB": N}'
         )
     minutes = _int(value.get("retentionTimeInMinutes", 0), "retentionTimeInMinutes", minimum=-1)
-    size = _int(value.get("retentionSizeInMB", 0), "retentionSizeInMB", minimum=-1)
+    size = _long(value.get("retentionSizeInMB", 0), "retentionSizeInMB", minimum=-1)
     return {"retentionTimeInMinutes": minutes, "retentionSizeInMB": size}
 
 
 def _strategy(value: Any) -> str:
-    if value not in STRATEGIES:
-        raise InvalidRequestError(
-            f"unknown schema compatibility strategy {value!r}: use one of {', '.join(STRATEGIES)}"
-        )
-    return str(value)
+    return choice(value, "schema compatibility strategy", STRATEGIES)
 
 
 def _dedup(value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise InvalidRequestError(f"deduplication must be true or false, got {value!r}")
-    return value
+    return boolean(value, "deduplication")
+
+
+_QUOTA_POLICIES = ("producer_request_hold", "producer_exception", "consumer_backlog_eviction")
 
 
 def _backlog_quota(value: Any) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise InvalidRequestError("backlog quota must be a JSON object")
-    limit = _int(value.get("limitSize", value.get("limit", -1)), "limitSize", minimum=-1)
-    seconds = _int(value.get("limitTime", -1), "limitTime", minimum=-1)
-    policy = value.get("policy", "producer_request_hold")
-    if policy not in ("producer_request_hold", "producer_exception", "consumer_backlog_eviction"):
-        raise InvalidRequestError(f"unknown backlog quota policy {policy!r}")
+    quota = obj(value, "backlog quota")
+    limit = _long(quota.get("limitSize", quota.get("limit", -1)), "limitSize", minimum=-1)
+    seconds = _int(quota.get("limitTime", -1), "limitTime", minimum=-1)
+    policy = choice(
+        quota.get("policy", "producer_request_hold"), "backlog quota policy", _QUOTA_POLICIES
+    )
     return {"limitSize": limit, "limitTime": seconds, "policy": policy}
 
 
@@ -168,9 +168,10 @@ def _persistence(value: Any) -> dict[str, int]:
             'persistence must be {"bookkeeperEnsemble": E, "bookkeeperWriteQuorum": Qw, '
             '"bookkeeperAckQuorum": Qa}'
         )
-    e = _int(value.get("bookkeeperEnsemble", 2), "bookkeeperEnsemble", minimum=1)
-    qw = _int(value.get("bookkeeperWriteQuorum", 2), "bookkeeperWriteQuorum", minimum=1)
-    qa = _int(value.get("bookkeeperAckQuorum", 2), "bookkeeperAckQuorum", minimum=1)
+    e, qw, qa = (
+        _int(value.get(key, 2), key, minimum=1, maximum=MAX_ENSEMBLE)
+        for key in ("bookkeeperEnsemble", "bookkeeperWriteQuorum", "bookkeeperAckQuorum")
+    )
     if not e >= qw >= qa:
         raise InvalidRequestError(
             f"persistence needs bookkeeperEnsemble >= bookkeeperWriteQuorum >= "
@@ -194,21 +195,21 @@ _POLICIES: list[tuple[str, str, Callable[[Any], Any], Any, str]] = [
     (
         "offloadThreshold",
         "offload_threshold",
-        lambda v: _int(v, "offloadThreshold", minimum=-1),
+        lambda v: _long(v, "offloadThreshold", minimum=-1),
         -1,
         "PUT",
     ),
     (
         "offloadThresholdInSeconds",
         "offload_threshold_in_seconds",
-        lambda v: _int(v, "offloadThresholdInSeconds", minimum=-1),
+        lambda v: _long(v, "offloadThresholdInSeconds", minimum=-1),
         -1,
         "PUT",
     ),
     (
         "offloadDeletionLagMs",
         "offload_deletion_lag_ms",
-        lambda v: _int(v, "offloadDeletionLagMs", minimum=0),
+        lambda v: _long(v, "offloadDeletionLagMs", minimum=0),
         None,
         "PUT",
     ),

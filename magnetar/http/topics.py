@@ -11,7 +11,8 @@ from magnetar.broker.admin import TopicAdmin
 from magnetar.broker.errors import InvalidRequestError, TopicNotFoundError
 from magnetar.core.ids import EARLIEST, LATEST, MessageId
 from magnetar.core.names import TopicName, check_part
-from magnetar.http.routes import Route, json_body, no_content, ok
+from magnetar.http.bodies import JAVA_LONG, boolean, integer, json_body
+from magnetar.http.routes import Route, no_content, ok
 
 P = "/admin/v2/persistent/{tenant}/{namespace}"
 T = P + "/{topic}"
@@ -32,26 +33,31 @@ def _force(request: web.Request) -> bool:
 
 
 def _count(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    """A partition count as a JSON integer; its range (1 .. the broker's
+    max_num_partitions_per_partitioned_topic) is the broker's to check (406, as Pulsar)."""
+    if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidRequestError(
-            f"the number of partitions must be an integer >= 1, got {value!r}"
+            f"the number of partitions must be an integer >= 1, got {value!r:.60}"
         )
     return value
 
 
 def _message_id(body: Any, query: str | None) -> MessageId:
-    """Pulsar's ResetCursorData / MessageIdImpl body, or ``?messageId=earliest|latest``."""
-    if query in (None, "", "latest") and not body:
+    """Pulsar's ResetCursorData / MessageIdImpl body (none, null or {}: the query decides),
+    or ``?messageId=earliest|latest``."""
+    if body in (None, {}) and query in (None, "", "latest"):
         return LATEST
-    if query == "earliest":
+    if body in (None, {}) and query == "earliest":
         return EARLIEST
     if isinstance(body, dict) and "ledgerId" in body and "entryId" in body:
         parts = [body["ledgerId"], body["entryId"], body.get("batchIndex", -1)]
         if all(isinstance(p, int) and not isinstance(p, bool) for p in parts):
-            return MessageId(*parts)
+            return MessageId(
+                *(integer(p, "a message id part", minimum=-1, maximum=JAVA_LONG) for p in parts)
+            )
     raise InvalidRequestError(
         'position must be {"ledgerId": L, "entryId": E} with integers, '
-        f"or ?messageId=earliest|latest; got {body!r}"
+        f"or ?messageId=earliest|latest; got {body!r:.60}"
     )
 
 
@@ -113,10 +119,8 @@ def routes(broker: Broker, admin: TopicAdmin, service_url: str) -> list[Route]:
         return ok((await broker.topic_policies.get(*_parts(name))).deduplicationEnabled)
 
     async def set_dedup(request: web.Request) -> web.Response:
-        body = await json_body(request)
-        if not isinstance(body, bool):
-            raise InvalidRequestError(f"deduplication must be true or false, got {body!r}")
-        await _set_dedup(topic_of(request), body)
+        enabled = boolean(await json_body(request), "deduplication")
+        await _set_dedup(topic_of(request), enabled)
         return no_content()
 
     async def remove_dedup(request: web.Request) -> web.Response:
@@ -138,7 +142,7 @@ def routes(broker: Broker, admin: TopicAdmin, service_url: str) -> list[Route]:
 
     async def create_subscription(request: web.Request) -> web.Response:
         sub = check_part("subscription", request.match_info["subscription"])
-        body = await json_body(request, required=False)
+        body = await json_body(request, default=None)
         at = _message_id(body, request.query.get("messageId"))
         await admin.create_subscription(topic_of(request), sub, at)
         return no_content()

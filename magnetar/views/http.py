@@ -12,7 +12,8 @@ from typing import Any
 
 from aiohttp import web
 
-from magnetar.http.routes import Handler, Route, json_body, no_content, ok
+from magnetar.http.bodies import json_body, obj, text
+from magnetar.http.routes import Handler, Route, no_content, ok
 from magnetar.views.errors import InvalidViewError, ViewError
 from magnetar.views.service import ViewService
 
@@ -52,7 +53,9 @@ def view_routes(service: ViewService) -> list[Route]:
         return no_content()
 
     async def as_of(request: web.Request) -> web.Response:
-        body = await json_body(request)
+        body = obj(await json_body(request), "an as-of point " + _AS_OF_BODY)
+        if body.get("label") is not None:
+            text(body["label"], '"label"', max_chars=32)
         return web.json_response(await service.as_of(request.match_info["name"], body), status=201)
 
     table: list[tuple[str, str, Any, str, str]] = [
@@ -66,10 +69,10 @@ def view_routes(service: ViewService) -> list[Route]:
     return [Route(m, p, _errors(h), summary, body) for m, p, h, summary, body in table]
 
 
-def _limit(text: str) -> int:
-    if not text.isdigit() or not 0 < int(text) <= 100_000:
-        raise InvalidViewError(f"limit must be an integer in 1..100000, got {text!r}")
-    return int(text)
+def _limit(raw: str) -> int:
+    if not (raw.isascii() and raw.isdigit()) or not 0 < int(raw) <= 100_000:
+        raise InvalidViewError(f"limit must be an integer in 1..100000, got {raw!r:.60}")
+    return int(raw)
 
 
 _PUT_BODY = (

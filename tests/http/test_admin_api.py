@@ -451,10 +451,10 @@ UNKNOWN: list[Case] = [
 
 INVALID: list[Case] = [
     ("PUT", "/admin/v2/tenants/fresh-tenant", [1], 400, "tenant info must be a JSON object"),
-    ("PUT", "/admin/v2/tenants/fresh-tenant", {"adminRoles": "root"}, 400, "lists of strings"),
-    ("POST", "/admin/v2/tenants/{t}", {"allowedClusters": [7]}, 400, "lists of strings"),
-    ("PUT", NEW + "/partitions", 0, 400, "partitions must be an integer >= 1"),
-    ("PUT", NEW + "/partitions", -1, 400, "partitions must be an integer >= 1"),
+    ("PUT", "/admin/v2/tenants/fresh-tenant", {"adminRoles": "root"}, 400, "list of at most"),
+    ("POST", "/admin/v2/tenants/{t}", {"allowedClusters": [7]}, 400, "list of at most"),
+    ("PUT", NEW + "/partitions", 0, 406, "Number of partitions should be more than 0"),
+    ("PUT", NEW + "/partitions", -1, 406, "Number of partitions should be more than 0"),
     ("PUT", NEW + "/partitions", "3", 400, "partitions must be an integer >= 1"),
     ("PUT", NEW + "/partitions", True, 400, "partitions must be an integer >= 1"),
     ("PUT", P + "/partitions", 2, 409, "already exists"),
