@@ -100,6 +100,27 @@ class Broker:
         for topic in list(self.topics.values()):
             if topic.name == name or topic.name.base == name:
                 await self._configure_dedup(topic)
+                await self._configure_limits(topic)
+
+    async def topic_policy(self, name: TopicName, field: str) -> object:
+        """A topic policy of ``name``: a partition's own, else its partitioned topic's, else
+        None (not set on the topic)."""
+        for candidate in dict.fromkeys([name, name.base]):
+            topic_level = await self.topic_policies.get(
+                candidate.tenant, candidate.namespace, candidate.local
+            )
+            value = getattr(topic_level, field)
+            if value is not None:
+                return value
+        return None
+
+    async def retention(self, name: TopicName) -> dict[str, int]:
+        """The retention that applies to ``name``: its topic policy, else its namespace's
+        ({} keeps everything)."""
+        topic_level = await self.topic_policy(name, "retentionPolicies")
+        if isinstance(topic_level, dict):
+            return topic_level
+        return dict((await self.policies(name)).retention_policies or {})
 
     async def deduplication(self, name: TopicName) -> bool:
         """Whether ``name`` deduplicates: its topic policy (a partition's own, else its
@@ -219,7 +240,12 @@ class Broker:
         )
         await topic.load_subscriptions()
         await self._configure_dedup(topic)
+        await self._configure_limits(topic)
         return topic
+
+    async def _configure_limits(self, topic: Topic) -> None:
+        size = await self.topic_policy(topic.name, "maxMessageSize")
+        topic.max_message_size = size if isinstance(size, int) else None
 
     async def _configure_dedup(self, topic: Topic) -> None:
         enabled = await self.deduplication(topic.name)

@@ -92,6 +92,10 @@ class TopicPolicies:
     partitioned topic's name, they govern every partition (as in Pulsar)."""
 
     deduplicationEnabled: bool | None = None
+    # {"retentionTimeInMinutes": m, "retentionSizeInMB": s}: replaces the namespace's
+    # retention for this topic (Pulsar's topic-level retention; Kafka's retention.ms/.bytes)
+    retentionPolicies: dict[str, int] | None = None
+    maxMessageSize: int | None = None  # bytes of one entry (batch), below the broker's limit
 
     def to_bytes(self) -> bytes:
         return json.dumps(asdict(self), sort_keys=True).encode()

@@ -62,7 +62,7 @@ class RetentionService:
         policies = await self.broker.policies(topic.name)
         if policies.message_ttl_in_seconds:
             await self._expire(topic, policies.message_ttl_in_seconds)
-        retention = policies.retention_policies or {}
+        retention = await self.broker.retention(topic.name)
         minutes = int(retention.get("retentionTimeInMinutes", -1))
         size_mb = int(retention.get("retentionSizeInMB", -1))
         if minutes < 0 and size_mb < 0:

@@ -13,6 +13,7 @@ from magnetar.broker.counters import TopicCounters
 from magnetar.broker.cursor import CursorStore
 from magnetar.broker.dedup import Deduplication
 from magnetar.broker.errors import (
+    MessageTooLargeError,
     ProducerBusyError,
     ProducerFencedError,
     SubscriptionNotFoundError,
@@ -59,6 +60,7 @@ class Topic:
     producers: list[Producer] = field(default_factory=list)
     subscriptions: dict[str, Subscription] = field(default_factory=dict)
     dedup: Deduplication | None = None
+    max_message_size: int | None = None  # the topic's own limit (topic policy), bytes
     # Names for producers that bring none: unique for the life of the cluster (the broker's
     # ProducerNames), so a new producer never inherits another's sequence ids.
     new_producer_name: Callable[[], str] = field(default=lambda: "")
@@ -194,6 +196,11 @@ class Topic:
         if self.fenced:
             raise TopicFencedError(
                 f"topic {self.name} is moving to another broker; look it up again"
+            )
+        if self.max_message_size is not None and len(payload) > self.max_message_size:
+            raise MessageTooLargeError(
+                f"an entry of {len(payload)} bytes exceeds topic {self.name}'s maxMessageSize "
+                f"({self.max_message_size}): send smaller batches or raise the topic policy"
             )
         self._publishing += 1
         self._idle.clear()

@@ -121,7 +121,8 @@ def _long(value: Any, name: str, *, minimum: int) -> int:
     return integer(value, name, minimum=minimum, maximum=JAVA_LONG)
 
 
-def _retention(value: Any) -> dict[str, int]:
+def retention_policy(value: Any) -> dict[str, int]:
+    """A RetentionPolicies body (namespace or topic), checked."""
     if not isinstance(value, dict):
         raise InvalidRequestError(
             'retention must be {"retentionTimeInMinutes": N, "retentionSizeInMB": N}'
@@ -182,7 +183,7 @@ def _persistence(value: Any) -> dict[str, int]:
 
 # (path suffix, Policies field, parser, value when deleted, write method)
 _POLICIES: list[tuple[str, str, Callable[[Any], Any], Any, str]] = [
-    ("retention", "retention_policies", _retention, None, "POST"),
+    ("retention", "retention_policies", retention_policy, None, "POST"),
     (
         "messageTTL",
         "message_ttl_in_seconds",

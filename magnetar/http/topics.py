@@ -13,6 +13,7 @@ from magnetar.core.ids import EARLIEST, LATEST, MessageId
 from magnetar.core.names import TopicName, check_part
 from magnetar.http.bodies import JAVA_LONG, boolean, integer, json_body
 from magnetar.http.routes import Route, no_content, ok
+from magnetar.http.tenants import retention_policy
 
 P = "/admin/v2/persistent/{tenant}/{namespace}"
 T = P + "/{topic}"
@@ -133,6 +134,47 @@ def routes(broker: Broker, admin: TopicAdmin, service_url: str) -> list[Route]:
         await broker.topic_policies.set(*_parts(name), policies)
         await broker.apply_topic_policies(name)
 
+    def topic_policy(field: str, check: Any, applied: Any) -> tuple[Any, Any, Any]:
+        """GET/POST/DELETE handlers of one topic policy, as Pulsar's topic-policy paths:
+        GET answers the topic's own value (null: none) or with ``?applied=true`` the one in
+        force; POST sets it, DELETE removes it; both take effect before they answer."""
+
+        async def get(request: web.Request) -> web.Response:
+            name = topic_of(request)
+            if request.query.get("applied", "false").lower() == "true":
+                return ok(await applied(name))
+            return ok(getattr(await broker.topic_policies.get(*_parts(name)), field))
+
+        async def put(request: web.Request) -> web.Response:
+            await _set(topic_of(request), check(await json_body(request)))
+            return no_content()
+
+        async def remove(request: web.Request) -> web.Response:
+            await _set(topic_of(request), None)
+            return no_content()
+
+        async def _set(name: TopicName, value: Any) -> None:
+            policies = await broker.topic_policies.get(*_parts(name))
+            setattr(policies, field, value)
+            await broker.topic_policies.set(*_parts(name), policies)
+            await broker.apply_topic_policies(name)
+
+        return get, put, remove
+
+    async def applied_size(name: TopicName) -> int:
+        own = await broker.topic_policy(name, "maxMessageSize")
+        return own if isinstance(own, int) else broker.settings.max_message_size
+
+    def message_size(value: Any) -> int:
+        limit = broker.settings.max_message_size
+        hint = " (the broker's max_message_size)"
+        return integer(value, "maxMessageSize", minimum=1, maximum=limit, hint=hint)
+
+    get_retention, set_retention, remove_retention = topic_policy(
+        "retentionPolicies", retention_policy, broker.retention
+    )
+    get_size, set_size, remove_size = topic_policy("maxMessageSize", message_size, applied_size)
+
     async def last_message_id(request: web.Request) -> web.Response:
         return ok(await admin.last_message_id(topic_of(request)))
 
@@ -211,6 +253,12 @@ def routes(broker: Broker, admin: TopicAdmin, service_url: str) -> list[Route]:
         Route("GET", T + "/deduplicationEnabled", get_dedup, "Topic dedup (?applied=true)"),
         Route("POST", T + "/deduplicationEnabled", set_dedup, "Set topic dedup", "true|false"),
         Route("DELETE", T + "/deduplicationEnabled", remove_dedup, "Remove topic dedup"),
+        Route("GET", T + "/retention", get_retention, "Topic retention (?applied=true)"),
+        Route("POST", T + "/retention", set_retention, "Set topic retention", "RetentionPolicies"),
+        Route("DELETE", T + "/retention", remove_retention, "Remove topic retention"),
+        Route("GET", T + "/maxMessageSize", get_size, "Topic max message size (?applied=true)"),
+        Route("POST", T + "/maxMessageSize", set_size, "Set topic max message size", "bytes"),
+        Route("DELETE", T + "/maxMessageSize", remove_size, "Remove topic max message size"),
         Route("GET", T + "/subscriptions", subscriptions, "List subscriptions"),
         Route("PUT", S, create_subscription, "Create a subscription", "MessageId (optional)"),
         Route("DELETE", S, delete_subscription, "Delete a subscription (?force=true)"),

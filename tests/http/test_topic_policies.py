@@ -67,3 +67,30 @@ def test_a_policy_on_a_partitioned_topic_governs_its_partitions(
     assert admin.get(partition) is True
     _send_twice(client, f"{topic}-partition-1", unique("p"))
     assert admin.get(f"{path}-partition-1/stats")["msgInCounter"] == 2
+
+
+def test_topic_retention_and_max_message_size(admin: AdminHttp, client: pulsar.Client) -> None:
+    """Pulsar's topic-level retention and maxMessageSize: set, applied at once (a bigger
+    message is refused to that producer only), shown with ?applied=true, removed."""
+    topic = unique("size-topic")
+    path = f"/admin/v2/persistent/public/default/{topic}"
+    producer = client.create_producer(topic, batching_enabled=False)
+    producer.send(b"x" * 10_000)
+    assert admin.get(path + "/maxMessageSize") is None
+    assert admin.get(path + "/maxMessageSize?applied=true") == 5 * 1024 * 1024
+    admin.ok("POST", path + "/maxMessageSize", 5000)
+    assert admin.get(path + "/maxMessageSize") == 5000
+    with pytest.raises(pulsar.ChecksumError):  # the one error that fails just that message
+        producer.send(b"x" * 10_000)
+    producer.send(b"small")
+    admin.ok("DELETE", path + "/maxMessageSize")
+    producer.send(b"x" * 10_000)
+
+    retention = {"retentionTimeInMinutes": 60, "retentionSizeInMB": 10}
+    assert admin.get(path + "/retention") is None
+    admin.ok("POST", path + "/retention", retention)
+    assert admin.get(path + "/retention") == retention
+    assert admin.get(path + "/retention?applied=true") == retention
+    admin.ok("DELETE", path + "/retention")
+    assert admin.get(path + "/retention") is None
+    assert admin.refused("POST", path + "/maxMessageSize", 0).status == 400

@@ -14,6 +14,7 @@ import logging
 import uuid
 from typing import Any
 
+from magnetar.broker.policies import TopicPolicies
 from magnetar.core.errors import MagnetarError
 from magnetar.protocols.kafka import wire
 from magnetar.protocols.kafka.errors import ErrorCode, UnknownTopicError, error_code_of
@@ -24,6 +25,10 @@ log = logging.getLogger(__name__)
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
 Response = dict[str, Any]
 _NO_TOPIC_ID = uuid.UUID(int=0)  # Kafka's "no id"
+MiB = 1024 * 1024
+# Kafka's ConfigSource: a topic's own, a cluster-wide dynamic default (a namespace policy
+# here), a broker's static setting, the built-in default
+_TOPIC_CONFIG, _NAMESPACE_CONFIG, _STATIC_BROKER_CONFIG, _DEFAULT_CONFIG = 1, 3, 4, 5
 
 
 async def api_versions(svc: Service, session: Session, req: Request) -> Response:
@@ -127,35 +132,96 @@ async def init_producer_id(svc: Service, session: Session, req: Request) -> Resp
 async def create_topics(svc: Service, session: Session, req: Request) -> Response:
     results = []
     for t in req.body.topics:
-        error, message = _unappliable_config(svc, t.configs or [])
-        if not error:
+        message: str | None
+        try:
+            policies = topic_policies(svc, t.configs or [])
+        except ConfigError as e:
+            error, message = ErrorCode.INVALID_CONFIG, str(e)
+        else:
             error, message = await _create_topic(
-                svc, t.name, t.num_partitions, t.replication_factor, req.body.validate_only
-            )
+                svc, t.name, t.num_partitions, t.replication_factor, req.body.validate_only,
+                policies,
+            )  # fmt: skip
         results.append({"name": t.name, "error_code": error, "error_message": message})
     return {"throttle_time_ms": 0, "topics": results}
 
 
-def _unappliable_config(svc: Service, configs: list[Any]) -> tuple[ErrorCode, str | None]:
-    """INVALID_CONFIG naming the first config given at creation that this server cannot
-    apply, so none is accepted and dropped. Per-topic configs are not stored yet: a config
-    is accepted only when its value is what the topic gets anyway (what DescribeConfigs
-    reports for a new topic)."""
-    current = {c["name"]: c["value"] for c in _topic_values(svc, retention_minutes=None)}
+class ConfigError(ValueError):
+    """A topic config this server cannot apply (INVALID_CONFIG, naming it)."""
+
+
+def topic_policies(svc: Service, configs: list[Any]) -> TopicPolicies:
+    """The topic policies that carry Kafka topic ``configs`` given at creation. Every config
+    is applied or refused (ConfigError), never accepted and dropped:
+
+    - ``retention.ms`` / ``retention.bytes``: the topic's retention policy (Pulsar keeps
+      whole minutes and MiB: other values are refused; -1 is unlimited; one given alone
+      leaves the other unlimited, as Kafka's defaults are);
+    - ``max.message.bytes``: the topic's maxMessageSize (1 .. the broker's limit);
+    - ``cleanup.policy=delete``, ``message.timestamp.type=CreateTime`` and
+      ``compression.type=producer`` are what every topic does; other values are refused
+      (no compaction, no broker timestamps, batches are stored as produced).
+    """
+    retention: dict[str, int] = {}
+    policies = TopicPolicies()
     for c in configs:
-        if c.name not in current:
-            return ErrorCode.INVALID_CONFIG, f"topic config {c.name!r} is not supported"
-        if c.value != current[c.name]:
-            return ErrorCode.INVALID_CONFIG, (
-                f"topic config {c.name}={c.value} cannot be applied: per-topic configs are not "
-                f"supported yet (a new topic has {c.name}={current[c.name]}); create the topic "
-                "without it (retention is set on the namespace's policies)"
-            )
-    return ErrorCode.NONE, None
+        name, value = c.name, c.value
+        if name == "retention.ms":
+            retention["retentionTimeInMinutes"] = _whole(name, value, 60_000, "minutes")
+        elif name == "retention.bytes":
+            retention["retentionSizeInMB"] = _whole(name, value, MiB, "MiB")
+        elif name == "max.message.bytes":
+            size = _number(name, value)
+            limit = svc.settings.max_message_size
+            if not 0 < size <= limit:
+                raise ConfigError(f"max.message.bytes={value}: use 1..{limit} (the broker's limit)")
+            policies.maxMessageSize = size
+        elif name in _FIXED:
+            if value != _FIXED[name][0]:
+                raise ConfigError(f"{name}={value} is not supported: {_FIXED[name][1]}")
+        else:
+            raise ConfigError(f"topic config {name!r} is not supported")
+    if retention:
+        retention.setdefault("retentionTimeInMinutes", -1)
+        retention.setdefault("retentionSizeInMB", -1)
+        policies.retentionPolicies = retention
+    return policies
+
+
+_FIXED = {  # configs every topic has one value of: (the value, why no other)
+    "cleanup.policy": ("delete", "topics are not compacted (use delete)"),
+    "message.timestamp.type": ("CreateTime", "records keep the producer's timestamp"),
+    "compression.type": ("producer", "batches are stored as the producer compressed them"),
+}
+
+
+def _number(name: str, value: str | None) -> int:
+    try:
+        return int(value or "")
+    except ValueError:
+        raise ConfigError(f"{name}={value!r} is not a number") from None
+
+
+def _whole(name: str, value: str | None, unit: int, unit_name: str) -> int:
+    """``value`` in ``unit``s; -1 (unlimited) stays -1; refused unless a whole number."""
+    number = _number(name, value)
+    if number == -1:
+        return -1
+    if number <= 0 or number % unit:
+        raise ConfigError(
+            f"{name}={value}: use -1 or a positive whole number of {unit_name} "
+            f"(a multiple of {unit}; retention is kept in {unit_name})"
+        )
+    return number // unit
 
 
 async def _create_topic(
-    svc: Service, name: str, partitions: int, replication: int, validate_only: bool
+    svc: Service,
+    name: str,
+    partitions: int,
+    replication: int,
+    validate_only: bool,
+    policies: TopicPolicies,
 ) -> tuple[ErrorCode, str | None]:
     partitions = 1 if partitions == -1 else partitions
     if partitions <= 0:
@@ -166,7 +232,7 @@ async def _create_topic(
         if await svc.topics.partition_count(name) is not None:
             return ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists"
         if not validate_only:
-            await svc.topics.create(name, partitions)
+            await svc.topics.create(name, partitions, policies)
     except MagnetarError as e:
         return error_code_of(e), str(e)
     return ErrorCode.NONE, None
@@ -205,44 +271,58 @@ async def describe_configs(svc: Service, session: Session, req: Request) -> Resp
     return {"throttle_time_ms": 0, "results": results}
 
 
-def _topic_values(svc: Service, retention_minutes: int | None) -> list[Response]:
-    """A topic's configs (compaction is not performed: cleanup.policy is always delete).
-    ``retention_minutes`` None leaves retention.ms out (it is the namespace's)."""
+async def _topic_configs(svc: Service, name: str) -> list[Response]:
+    """A topic's configs with their effective values and where each comes from: the
+    topic's own policy (TOPIC_CONFIG), its namespace's policy (DYNAMIC_DEFAULT_BROKER_CONFIG)
+    or the broker's settings and Magnetar's fixed behaviour (DEFAULT_CONFIG)."""
+    topic = svc.topics.name(name)
+    own_retention = await svc.broker.topic_policy(topic, "retentionPolicies")
+    if isinstance(own_retention, dict):
+        retention, retention_source = own_retention, _TOPIC_CONFIG
+    else:
+        retention = dict((await svc.broker.policies(topic)).retention_policies or {})
+        retention_source = _NAMESPACE_CONFIG if retention else _DEFAULT_CONFIG
+    minutes = int(retention.get("retentionTimeInMinutes", -1))
+    size_mb = int(retention.get("retentionSizeInMB", -1))
+    own_size = await svc.broker.topic_policy(topic, "maxMessageSize")
+    size, size_source = (
+        (own_size, _TOPIC_CONFIG)
+        if isinstance(own_size, int)
+        else (svc.settings.max_message_size, _DEFAULT_CONFIG)
+    )
     values = [
-        {"name": "cleanup.policy", "value": "delete"},
-        {"name": "max.message.bytes", "value": str(svc.settings.max_message_size)},
-        {"name": "message.timestamp.type", "value": "CreateTime"},
+        ("cleanup.policy", "delete", _DEFAULT_CONFIG),
+        ("retention.ms", str(minutes * 60_000 if minutes > 0 else -1), retention_source),
+        ("retention.bytes", str(size_mb * MiB if size_mb > 0 else -1), retention_source),
+        ("max.message.bytes", str(size), size_source),
+        ("message.timestamp.type", "CreateTime", _DEFAULT_CONFIG),
+        ("compression.type", "producer", _DEFAULT_CONFIG),
     ]
-    if retention_minutes is not None:
-        ms = retention_minutes * 60_000 if retention_minutes > 0 else -1
-        values.insert(1, {"name": "retention.ms", "value": str(ms)})
-    return values
+    return [_config(n, v, source) for n, v, source in values]
+
+
+def _config(name: str, value: str, source: int) -> Response:
+    return {
+        "name": name,
+        "value": value,
+        "read_only": True,  # AlterConfigs is not served yet
+        "is_default": source == _DEFAULT_CONFIG,
+        "config_source": source,
+        "is_sensitive": False,
+        "synonyms": [],
+    }
 
 
 async def _configs(svc: Service, kind: int, name: str, version: int) -> list[Response]:
     if kind == TOPIC_RESOURCE:
         if await svc.topics.partition_count(name) is None:
             raise UnknownTopicError(f"topic {name!r} does not exist")
-        policies = await svc.broker.policies(svc.topics.name(name))
-        retention = (policies.retention_policies or {}).get("retentionTimeInMinutes", -1)
-        values = {c["name"]: c["value"] for c in _topic_values(svc, retention)}
-    elif kind == BROKER_RESOURCE:
+        return await _topic_configs(svc, name)
+    if kind == BROKER_RESOURCE:
         values = {
             "auto.create.topics.enable": str(svc.broker.settings.allow_auto_topic_creation).lower(),
             "num.partitions": "1",
             "message.max.bytes": str(svc.settings.max_message_size),
         }
-    else:
-        values = {}
-    return [
-        {
-            "name": k,
-            "value": v,
-            "read_only": True,
-            "is_default": True,
-            "config_source": 5 if kind == BROKER_RESOURCE else 1,
-            "is_sensitive": False,
-            "synonyms": [],
-        }
-        for k, v in values.items()
-    ]
+        return [_config(k, v, _STATIC_BROKER_CONFIG) for k, v in values.items()]
+    return []

@@ -13,6 +13,7 @@ import uuid
 from magnetar.broker import Broker, Topic
 from magnetar.broker.admin import TopicAdmin
 from magnetar.broker.errors import AlreadyExistsError
+from magnetar.broker.policies import TopicPolicies
 from magnetar.core.names import TopicName, check_kafka_topic
 from magnetar.protocols.kafka.errors import UnknownTopicError
 
@@ -100,12 +101,25 @@ class KafkaTopics:
         ]
         return sorted(set(partitioned) | set(plain))
 
-    async def create(self, topic: str, partitions: int) -> None:
-        """Create a partitioned topic (AlreadyExistsError when ``topic`` exists in any form)."""
+    async def create(
+        self, topic: str, partitions: int, policies: TopicPolicies | None = None
+    ) -> None:
+        """Create a partitioned topic with its topic ``policies`` (AlreadyExistsError when
+        ``topic`` exists in any form). The policies are stored first, so the topic never
+        exists without them; a failed creation removes them again."""
         name = self.name(topic)
         if await self.broker.topic_exists(name):
             raise AlreadyExistsError(f"topic {topic!r} already exists")
-        await self.broker.create_partitioned_topic(name, partitions)
+        store = self.broker.topic_policies
+        given = policies is not None and policies != TopicPolicies()
+        if policies is not None and given:
+            await store.set(name.tenant, name.namespace, name.local, policies)
+        try:
+            await self.broker.create_partitioned_topic(name, partitions)
+        except BaseException:
+            if given:
+                await store.set(name.tenant, name.namespace, name.local, TopicPolicies())
+            raise
 
     async def delete(self, topic: str) -> None:
         """Delete ``topic`` with its data and cursors (as Kafka does: even while in use)."""

@@ -20,6 +20,9 @@ _MAP: list[tuple[type[MagnetarError], pb.ServerError]] = [
     (be.ConsumerBusyError, pb.ServerError.ConsumerBusy),
     (be.IncompatibleSchemaError, pb.ServerError.IncompatibleSchema),
     (be.InvalidRequestError, pb.ServerError.NotAllowedError),
+    # ChecksumError is the one SEND_ERROR on which the C++ client fails that message alone
+    # (see MessageRefusedError); any other makes it reconnect and resend it forever
+    (be.MessageTooLargeError, pb.ServerError.ChecksumError),
     (InvalidNameError, pb.ServerError.InvalidTopicName),
     (MessageRefusedError, pb.ServerError.ChecksumError),
     (StorageError, pb.ServerError.PersistenceError),
