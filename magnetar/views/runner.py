@@ -67,6 +67,10 @@ def reached(position: Offsets, target: Offsets) -> bool:
     )
 
 
+MAX_RESTARTS = 3  # a query that dies inside Spark is started again this often
+RESTART_PAUSE_S = 2.0  # times the restart's number
+
+
 class ViewRunner:
     """A view version's streaming query and what it has done; thread-safe status."""
 
@@ -104,6 +108,9 @@ class ViewRunner:
         self._url = ""
         self._stopping = False
         self._lock = threading.Lock()
+        self._spark: Any = None
+        self._opts: RunOptions | None = None
+        self.restarts = 0  # times its query died inside Spark and was started again
 
     # -- building and starting ----------------------------------------------------------
 
@@ -114,6 +121,7 @@ class ViewRunner:
             return self._frame
         self._frame = self._build(spark, opts)
         self._tracker = spark.sparkContext.statusTracker()
+        self._spark, self._opts = spark, opts
         return self._frame
 
     def _build(self, spark: Any, opts: RunOptions) -> Any:
@@ -151,6 +159,11 @@ class ViewRunner:
 
     def start(self, frame: Any, opts: RunOptions) -> None:
         """Start the query (returns at once; batches run on Spark's threads)."""
+        self.query = self._start_query(frame, opts)
+        self._set_running()
+        threading.Thread(target=self._watch, name=f"view-{self.dataset}", daemon=True).start()
+
+    def _start_query(self, frame: Any, opts: RunOptions) -> Any:
         writer = (
             frame.writeStream.queryName(f"view_{self.dataset}")
             .outputMode("update")
@@ -160,11 +173,9 @@ class ViewRunner:
         if opts.trigger_ms > 0:
             writer = writer.trigger(processingTime=f"{opts.trigger_ms} milliseconds")
         try:
-            self.query = writer.start()
+            return writer.start()
         except Exception as e:  # e.g. an operation streaming queries cannot run
             raise InvalidViewError(f"invalid SQL for a streaming view: {first_line(e)}") from None
-        self._set_running()
-        threading.Thread(target=self._watch, name=f"view-{self.dataset}", daemon=True).start()
 
     def _set_running(self) -> None:
         with self._lock:
@@ -180,16 +191,47 @@ class ViewRunner:
         return ViewState.BOOTSTRAPPING
 
     def _watch(self) -> None:
-        query = self.query
-        try:
-            query.awaitTermination()
-        except Exception as e:  # the query died: keep the first, most precise error
-            self._fail(first_line(e), None)
-            return
+        while True:
+            try:
+                self.query.awaitTermination()
+            except Exception as e:  # the query died: keep the first, most precise error
+                if self._restart(e):
+                    continue
+                self._fail(first_line(e), None)
+                return
+            break
         with self._lock:
             if self.state not in (ViewState.FAILED,):
                 self.state = ViewState.STOPPED
         self.on_change(self)
+
+    def _restart(self, error: Exception) -> bool:
+        """Start the query again from its checkpoint after it died inside Spark (not in this
+        view's own batch code, which fails the view at once: data errors do not go away),
+        at most MAX_RESTARTS times, with a growing pause. True when it runs again. The
+        store skips batches it already holds, so a restart applies nothing twice."""
+        with self._lock:
+            if self.state == ViewState.FAILED or self._stopping or self._opts is None:
+                return False
+            if self.restarts >= MAX_RESTARTS:
+                return False
+            self.restarts += 1
+        log.warning(
+            "view %s: its query died in Spark (%s); starting it again from its checkpoint "
+            "(restart %d of at most %d)", self.dataset, first_line(error), self.restarts,
+            MAX_RESTARTS,
+        )  # fmt: skip
+        time.sleep(RESTART_PAUSE_S * self.restarts)
+        try:
+            self._frame = None  # a fresh plan: the old one may be what failed
+            frame = self.prepare(self._spark, self._opts)
+            if self._stopping:
+                return False
+            self.query = self._start_query(frame, self._opts)
+        except Exception as e:
+            log.warning("view %s: restart failed: %s", self.dataset, first_line(e))
+            return False
+        return True
 
     def stop(self) -> None:
         """Stop the query; the store keeps its last commit (a later start resumes there)."""

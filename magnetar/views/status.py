@@ -55,6 +55,7 @@ def _version(record: dict[str, Any], runner: ViewRunner | None, ends: Offsets | 
     if runner is not None:
         out["dataset"], out["lastBatchMs"] = runner.dataset, runner.last_batch()
         out["sourceColumns"] = runner.columns
+        out["restarts"] = runner.restarts  # its query died inside Spark and was started again
     if ends is not None and position is not None:
         out["lag"] = lag(position.offsets, record["bootstrap"]["start"], ends, position)
     return out

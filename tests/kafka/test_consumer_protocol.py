@@ -14,6 +14,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from magnetar.testing.server import StandaloneProcess
+from tests.http.helpers import run_standalone
 from tests.kafka.conftest import TIMEOUT_S, RawKafka
 
 from kafka.protocol.metadata import MetadataRequest  # isort: skip
@@ -22,13 +23,7 @@ from kafka.protocol.metadata import MetadataRequest  # isort: skip
 @pytest.fixture(scope="module")
 def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneProcess]:
     """Members heartbeat every 200 ms, so rebalances settle quickly."""
-    args = ["--group-consumer-heartbeat-interval-ms", "200"]
-    server = StandaloneProcess(tmp_path_factory.mktemp("standalone"), extra_args=args)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from run_standalone(tmp_path_factory, "--group-consumer-heartbeat-interval-ms", "200")
 
 
 def _create(bootstrap: str, *topics: str, partitions: int = 4) -> None:

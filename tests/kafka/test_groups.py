@@ -21,6 +21,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from magnetar.testing.server import REPO, StandaloneProcess
+from tests.http.helpers import run_standalone
 
 PARTITIONS = 6
 MEMBER = Path(__file__).with_name("group_member.py")
@@ -31,14 +32,12 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneP
     """The module's server accepts the 3 s session timeout the members use (Kafka's
     default minimum is 6 s), so a killed member is noticed quickly; KIP-848 members get the
     same session and a 300 ms heartbeat from the server."""
-    args = ["--group-min-session-timeout-ms", "1000", "--group-consumer-session-timeout-ms",
-            "3000", "--group-consumer-heartbeat-interval-ms", "300"]  # fmt: skip
-    server = StandaloneProcess(tmp_path_factory.mktemp("standalone"), extra_args=args)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from run_standalone(
+        tmp_path_factory,
+        "--group-min-session-timeout-ms", "1000",
+        "--group-consumer-session-timeout-ms", "3000",
+        "--group-consumer-heartbeat-interval-ms", "300",
+    )  # fmt: skip
 
 
 @dataclass

@@ -18,6 +18,7 @@ from kafka.admin import KafkaAdminClient
 from kafka.admin import NewTopic as KpNewTopic
 
 from magnetar.testing.server import StandaloneProcess
+from tests.http.helpers import run_standalone
 from tests.kafka.conftest import TIMEOUT_S
 
 MiB = 1024 * 1024
@@ -26,13 +27,9 @@ MiB = 1024 * 1024
 @pytest.fixture(scope="module")
 def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneProcess]:
     """Segments of 10 entries and a retention sweep every 0.2 s, so retention shows fast."""
-    args = ["--segment-max-entries", "10", "--retention-check-interval", "0.2"]
-    server = StandaloneProcess(tmp_path_factory.mktemp("standalone"), extra_args=args)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from run_standalone(
+        tmp_path_factory, "--segment-max-entries", "10", "--retention-check-interval", "0.2"
+    )
 
 
 @pytest.mark.parametrize(

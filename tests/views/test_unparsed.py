@@ -149,7 +149,11 @@ def test_the_count_survives_a_restart_exactly_once(mixed: Mixed) -> None:
     client.close()
     end = len(LAYOUT) + 2
     for name in ("counted", "folded"):
-        status = h.wait_for(lambda n=name: h.reached(rest, n, TOPIC, end), 240, f"{name} done")
+        try:
+            status = h.wait_for(lambda n=name: h.reached(rest, n, TOPIC, end), 240, f"{name} done")
+        except AssertionError as e:  # say why: the view's status and the server's last words
+            log = "".join(server.output[-80:])
+            raise AssertionError(f"{e}\nstatus: {h.view(rest, name)}\nserver:\n{log}") from None
         assert status["unparsed"] == 3, name
         assert status["firstUnparsed"]["offset"] == 3
     mixed.rest = rest
