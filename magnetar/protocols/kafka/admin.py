@@ -305,12 +305,29 @@ def _config(name: str, value: str, source: int) -> Response:
     return {
         "name": name,
         "value": value,
-        "read_only": True,  # AlterConfigs is not served yet
+        # the topic-policy ones change over Pulsar's topic REST (AlterConfigs: not yet)
+        "read_only": name not in _CHANGEABLE,
         "is_default": source == _DEFAULT_CONFIG,
         "config_source": source,
         "is_sensitive": False,
         "synonyms": [],
+        "config_type": _TYPES.get(name, _STRING),
+        "documentation": None,
     }
+
+
+_CHANGEABLE = frozenset({"retention.ms", "retention.bytes", "max.message.bytes"})
+_BOOLEAN, _STRING, _INT, _LONG, _LIST = 1, 2, 3, 5, 7  # Kafka's ConfigType
+_TYPES = {
+    "retention.ms": _LONG,
+    "retention.bytes": _LONG,
+    "max.message.bytes": _INT,
+    "message.max.bytes": _INT,
+    "num.partitions": _INT,
+    "cleanup.policy": _LIST,
+    "advertised.listeners": _LIST,
+    "auto.create.topics.enable": _BOOLEAN,
+}
 
 
 async def _configs(svc: Service, kind: int, name: str, version: int) -> list[Response]:
@@ -319,7 +336,9 @@ async def _configs(svc: Service, kind: int, name: str, version: int) -> list[Res
             raise UnknownTopicError(f"topic {name!r} does not exist")
         return await _topic_configs(svc, name)
     if kind == BROKER_RESOURCE:
+        s = svc.settings
         values = {
+            "advertised.listeners": f"PLAINTEXT://{s.advertised_host}:{s.port}",
             "auto.create.topics.enable": str(svc.broker.settings.allow_auto_topic_creation).lower(),
             "num.partitions": "1",
             "message.max.bytes": str(svc.settings.max_message_size),

@@ -77,7 +77,7 @@ _APIS: dict[int, tuple[Any, Any, int, int]] = {
     CREATE_TOPICS: (admin.CreateTopicsRequest, admin.CreateTopicsResponse, 0, 4),
     DELETE_TOPICS: (admin.DeleteTopicsRequest, admin.DeleteTopicsResponse, 0, 3),
     INIT_PRODUCER_ID: (producer.InitProducerIdRequest, producer.InitProducerIdResponse, 0, 1),
-    DESCRIBE_CONFIGS: (admin.DescribeConfigsRequest, admin.DescribeConfigsResponse, 0, 2),
+    DESCRIBE_CONFIGS: (admin.DescribeConfigsRequest, admin.DescribeConfigsResponse, 0, 4),
     CONSUMER_GROUP_HEARTBEAT: (ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, 1, 1),
     CONSUMER_GROUP_DESCRIBE: (ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse, 0, 0),
 }
