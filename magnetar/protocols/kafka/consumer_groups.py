@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from magnetar.protocols.kafka import assignors, wire
+from magnetar.protocols.kafka.coordinator import JoinResult
 from magnetar.protocols.kafka.errors import ErrorCode, GroupError
 
 TopicPartition = tuple[str, int]
@@ -331,10 +332,10 @@ class ConsumerGroups:
         rebalance_timeout_ms: int,
         protocol_type: str,
         protocols: list[tuple[str, bytes]],
-    ) -> tuple[int, str, str]:
+    ) -> JoinResult:
         """A classic JoinGroup into this consumer group: the coordinator assigns, as for any
-        member; the member is its own follower (no leader assigns). Returns (generation = the
-        member's epoch, protocol name, member id); SyncGroup then hands out the partitions."""
+        member; the member is its own follower (no leader assigns): its generation is its
+        epoch, and SyncGroup then hands out the partitions."""
         group = self._active(group_id)
         async with group.lock:
             if protocol_type != "consumer" or not protocols:
@@ -374,7 +375,7 @@ class ConsumerGroups:
                 self._assign(group)
             self._reconcile(group, member, reported)
             member.classic.assignment = frozenset(member.owned)
-            return member.epoch, protocols[0][0], member.member_id
+            return JoinResult(member.epoch, protocols[0][0], "", member.member_id, [])
 
     def classic_sync(self, group_id: str, generation: int, member_id: str) -> bytes:
         """The partitions given at the member's last JoinGroup (ConsumerProtocolAssignment)."""

@@ -80,20 +80,11 @@ async def join_group(svc: Service, session: Session, req: Request) -> Response:
         if await _not_coordinator(svc, b.group_id):
             raise GroupError(ErrorCode.NOT_COORDINATOR, "another broker coordinates it")
         if svc.consumer_groups.active(b.group_id):  # a classic member of a consumer group
-            generation, protocol, member_id = await svc.consumer_groups.classic_join(
-                b.group_id,
-                b.member_id,
-                client_id=req.client_id,
-                client_host=session.peer,
-                session_timeout_ms=b.session_timeout_ms,
-                rebalance_timeout_ms=rebalance_ms,
-                protocol_type=b.protocol_type,
-                protocols=[(p.name, bytes(p.metadata)) for p in b.protocols],
-            )
-            return {"error_code": 0, "generation_id": generation, "protocol_name": protocol,
-                    "leader": "", "member_id": member_id, "members": []}  # fmt: skip
-        svc.consumer_groups.forget(b.group_id)
-        result = await svc.groups.join(
+            join = svc.consumer_groups.classic_join
+        else:
+            svc.consumer_groups.forget(b.group_id)
+            join = svc.groups.join
+        result = await join(
             b.group_id,
             b.member_id,
             client_id=req.client_id,
