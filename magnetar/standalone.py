@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import shutil
 import signal
 from collections.abc import Callable
@@ -42,10 +43,12 @@ from magnetar.protocols.kafka.server import KafkaServer
 from magnetar.protocols.kafka.service import KafkaSettings
 from magnetar.protocols.pulsar.server import PulsarServer
 from magnetar.storage import StorageEngine
-from magnetar.tier import Tier, open_object_store
+from magnetar.tier import IcebergTables, Tier, open_object_store
 from magnetar.views.http import view_routes
 from magnetar.views.metrics import view_metrics
 from magnetar.views.service import ViewService
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -80,9 +83,7 @@ class Standalone:
         except BaseException:
             await meta.aclose()
             raise
-        tier = Tier(
-            open_object_store(settings.tier), row_group_rows=settings.offload_row_group_rows
-        )
+        tier = _tier(settings, replicated)
         broker = Broker(meta, LedgerFactory(storage, tier), _broker_settings(settings))
         if isinstance(storage, ReplicatedStorage):
             storage.persistence = partial(_persistence, broker)
@@ -99,6 +100,8 @@ class Standalone:
                 await broker.ownership.start()
             node.offload = OffloadService(broker, interval=settings.offload_check_interval)
             await node.offload.start()
+            tls = settings.tls_files
+            ssl_context = tls.server_context() if tls is not None else None
             node.pulsar = PulsarServer(
                 broker,
                 host=settings.bind_address,
@@ -107,13 +110,22 @@ class Standalone:
                 max_message_size=settings.max_message_size,
                 listeners=parse_listeners(settings.advertised_listeners),
                 limits=_connection_limits(settings),
+                tls_port=settings.pulsar_tls_port,
+                ssl_context=ssl_context,
             )
             host = settings.bind_address
             await listening("pulsar_port", host, settings.pulsar_port, node.pulsar.start())
+            tls_port = settings.pulsar_tls_port
+            await listening("pulsar_tls_port", host, tls_port, node.pulsar.start_tls())
             node.kafka = KafkaServer(
-                broker, _kafka_settings(settings, kafka_node), _connection_limits(settings)
+                broker,
+                _kafka_settings(settings, kafka_node),
+                _connection_limits(settings),
+                ssl_context=ssl_context,
             )
             await listening("kafka_port", host, settings.kafka_port, node.kafka.start())
+            ssl_port = settings.kafka_ssl_port
+            await listening("kafka_ssl_port", host, ssl_port, node.kafka.start_tls())
             advertised = settings.advertised_address or settings.bind_address
             check_free("flight_port", host, settings.flight_port)  # gRPC would not say why
             node.flight = BulkReadServer(
@@ -132,6 +144,9 @@ class Standalone:
                 flight_url=f"grpc://{advertised}:{node.flight.port}",
                 topic_level_metrics=settings.expose_topic_level_metrics,
                 idle_timeout=settings.http_idle_timeout_ms / 1000,
+                https_port=settings.https_port,
+                ssl_context=ssl_context,
+                service_url_tls=node.pulsar.service_url_tls,
             )
             node.views = ViewService(settings, meta, broker)
             node.http.extra_routes += view_routes(node.views)
@@ -140,6 +155,7 @@ class Standalone:
             node.http.extra_routes += _broker_routes(broker)
             node.http.extra_routes += _kafka_offset_routes(node.kafka)
             await listening("http_port", host, settings.http_port, node.http.start())
+            await listening("https_port", host, settings.https_port, node.http.start_tls())
             await node.views.start(f"http://{_local(settings.bind_address)}:{node.http.port}")
             node.retention = RetentionService(broker, interval=settings.retention_check_interval)
             node.retention.start()
@@ -155,11 +171,18 @@ class Standalone:
         kafka = self.kafka.bootstrap if self.kafka else "off"
         flight = f"grpc://{s.bind_address}:{self.flight.port}" if self.flight else "off"
         role = "broker" if isinstance(self.storage, ReplicatedStorage) else "standalone"
+        tls = ""
+        if self.pulsar and self.pulsar.service_url_tls:
+            tls = f"{self.pulsar.service_url_tls}; "
+        if self.kafka and self.kafka.bootstrap_ssl:
+            tls += f"kafka SSL {self.kafka.bootstrap_ssl}; "
+        if self.http and self.http.https_url:
+            tls += f"{self.http.https_url}; "
         return (
             f"magnetar {role} ready: data in {s.data_dir.resolve()} "
             f"(journal {s.journal_path}, ledgers {s.ledger_path}, metadata {s.metadata}, "
             f"fsync {s.fsync}, tier {s.tier}); pulsar {pulsar}; kafka {kafka}; http {http}; "
-            f"flight {flight}; "
+            f"flight {flight}; {tls}"
             f"{len(self.storage.partitions())} partition(s)"
         )
 
@@ -192,6 +215,7 @@ class Standalone:
 def _me(s: Settings, kafka_node: int) -> BrokerInfo:
     """This broker as other brokers and clients reach it."""
     host = s.advertised_address or _local(s.bind_address)
+    tls = s.tls_enabled
     return BrokerInfo(
         f"{host}:{s.pulsar_port}",
         f"pulsar://{host}:{s.pulsar_port}",
@@ -199,6 +223,9 @@ def _me(s: Settings, kafka_node: int) -> BrokerInfo:
         f"{host}:{s.kafka_port}",
         kafka_node,
         parse_listeners(s.advertised_listeners),
+        pulsar_tls=f"pulsar+ssl://{host}:{s.pulsar_tls_port}" if tls else "",
+        https=f"https://{host}:{s.https_port}" if tls else "",
+        kafka_tls=f"{host}:{s.kafka_ssl_port}" if tls else "",
     )
 
 
@@ -408,6 +435,23 @@ def _local(bind: str) -> str:
     return "127.0.0.1" if bind in ("", "0.0.0.0", "::") else bind
 
 
+def _tier(settings: Settings, replicated: bool) -> Tier:
+    """The object store, and the Iceberg catalog its offloaded segments are registered in.
+    Brokers of a cluster share one catalog: the embedded SQLite file of one broker's data
+    directory is not that, so a cluster gets tables only from an explicit catalog URL."""
+    store = open_object_store(settings.tier)
+    iceberg = None
+    kind = settings.iceberg_catalog
+    if kind == "sqlite" and replicated and not settings.iceberg_catalog_url:
+        log.warning(
+            "no Iceberg tables: brokers of a cluster need a shared catalog "
+            "(--iceberg-catalog rest, or sqlite with --iceberg-catalog-url on shared storage)"
+        )
+    elif kind != "none":
+        iceberg = IcebergTables.open(store, kind, settings.iceberg_url)
+    return Tier(store, row_group_rows=settings.offload_row_group_rows, iceberg=iceberg)
+
+
 def _broker_settings(s: Settings) -> BrokerSettings:
     return BrokerSettings(
         deduplication_enabled=s.deduplication_enabled,
@@ -439,6 +483,7 @@ def _kafka_settings(s: Settings, node_id: int = 0) -> KafkaSettings:
         namespace=s.kafka_namespace,
         host=s.bind_address,
         port=s.kafka_port,
+        ssl_port=s.kafka_ssl_port if s.tls_enabled else None,
         advertised_host=s.advertised_address or s.bind_address,
         max_message_size=s.max_message_size,
         fetch_max_bytes=s.fetch_max_bytes,

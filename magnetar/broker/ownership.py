@@ -101,6 +101,10 @@ class BrokerInfo:
     # advertised listener name → {"pulsar": url, "pulsar+ssl": url}, as a lookup naming
     # that listener is answered for topics this broker owns
     listeners: dict[str, dict[str, str]] = field(default_factory=dict, hash=False)
+    # its TLS listeners, "" when off: pulsar+ssl://host:port, https://host:port, host:port
+    pulsar_tls: str = ""
+    https: str = ""
+    kafka_tls: str = ""
 
     def to_bytes(self) -> bytes:
         return json.dumps(asdict(self)).encode()
@@ -110,7 +114,8 @@ class BrokerInfo:
         d = json.loads(data)
         return cls(
             d["id"], d["pulsar"], d["http"], d["kafka"], d.get("kafka_node", 0),
-            d.get("listeners", {}),
+            d.get("listeners", {}), d.get("pulsar_tls", ""), d.get("https", ""),
+            d.get("kafka_tls", ""),
         )  # fmt: skip
 
 

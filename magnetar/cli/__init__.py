@@ -54,6 +54,19 @@ _STANDALONE_FLAGS: list[tuple[str, str, type, str]] = [
     ),
     ("--kafka-port", "kafka_port", int, "Kafka protocol port (default 9092)"),
     ("--kafka-namespace", "kafka_namespace", str, "namespace of Kafka topics (public/default)"),
+    ("--tls-enabled", "tls_enabled", str, "open the TLS listeners below: true | false (default)"),
+    ("--pulsar-tls-port", "pulsar_tls_port", int, "pulsar+ssl:// port (default 6651)"),
+    ("--https-port", "https_port", int, "HTTPS admin REST / lookup port (default 8443)"),
+    ("--kafka-ssl-port", "kafka_ssl_port", int, "Kafka SSL listener port (default 9093)"),
+    ("--tls-certificate-file", "tls_certificate_file", str, "PEM certificate chain of the node"),
+    ("--tls-key-file", "tls_key_file", str, "PEM private key of the node (unencrypted)"),
+    ("--tls-trust-certs-file", "tls_trust_certs_file", str, "PEM CAs that sign client certs"),
+    (
+        "--tls-require-trusted-client-cert",
+        "tls_require_trusted_client_cert",
+        str,
+        "refuse TLS clients without a trusted certificate (mTLS): true | false (default)",
+    ),
     ("--group-min-session-timeout-ms", "group_min_session_timeout_ms", int, "shortest session ms"),
     ("--group-max-session-timeout-ms", "group_max_session_timeout_ms", int, "longest session ms"),
     (
@@ -147,6 +160,18 @@ _STANDALONE_FLAGS: list[tuple[str, str, type, str]] = [
     ("--offload-check-interval", "offload_check_interval", float, "seconds between sweeps"),
     ("--offload-row-group-rows", "offload_row_group_rows", int, "Parquet row group size"),
     ("--offload-deletion-lag-ms", "offload_deletion_lag_ms", int, "default local-copy lag"),
+    (
+        "--iceberg-catalog",
+        "iceberg_catalog",
+        str,
+        "catalog offloaded topics are Iceberg tables in: sqlite (default), rest or none",
+    ),
+    (
+        "--iceberg-catalog-url",
+        "iceberg_catalog_url",
+        str,
+        "sqlite:///PATH (default DATA_DIR/iceberg.db) or the REST catalog's http(s) URI",
+    ),
     ("--spark-master", "spark_master", str, "Spark master for views (default local[*])"),
     ("--spark-driver-memory", "spark_driver_memory", str, "Spark driver memory (default 2g)"),
     ("--views-max-batch-events", "views_max_batch_events", int, "events per view micro-batch"),
@@ -184,6 +209,8 @@ _STORAGE_NODE_FLAGS: list[tuple[str, str, type, str]] = [
     ("--fsync", "fsync", str, "journal fsync policy: always | interval:<ms> | never"),
     ("--min-free-bytes", "storage_min_free_bytes", int, "read-only below this free space"),
     ("--max-message-size", "max_message_size", int, "the cluster's largest message in bytes"),
+    ("--segment-max-bytes", "segment_max_bytes", int, "roll an entry file at this size"),
+    ("--segment-max-entries", "segment_max_entries", int, "roll after N entries (0: no limit)"),
 ]
 
 

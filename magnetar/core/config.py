@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from magnetar.core.errors import ConfigError
+from magnetar.core.tls import TlsFiles
 
 ENV_PREFIX = "MAGNETAR_"
 MiB = 1024 * 1024
@@ -72,6 +73,18 @@ class Settings:
     # off: summed per namespace, for nodes with many topics
     expose_topic_level_metrics: bool = True
     kafka_port: int = 9092
+    # TLS listeners (docs/security.md), on ports of their own as Pulsar's
+    # brokerServicePortTls / webServicePortTls and a Kafka SSL listener; off by default
+    tls_enabled: bool = False
+    pulsar_tls_port: int = 6651  # pulsar+ssl://
+    https_port: int = 8443  # admin REST, lookup and views over HTTPS
+    kafka_ssl_port: int = 9093  # Kafka security.protocol=SSL
+    tls_certificate_file: str = ""  # PEM certificate chain of this node
+    tls_key_file: str = ""  # its PEM private key (unencrypted)
+    tls_trust_certs_file: str = ""  # PEM CAs client certificates are verified against
+    # refuse a TLS client without a certificate signed by a trusted CA (mTLS; Pulsar's
+    # tlsRequireTrustedClientCertOnConnect)
+    tls_require_trusted_client_cert: bool = False
     kafka_namespace: str = "public/default"  # Kafka topic NAME = persistent://<this>/NAME
     # session timeouts a Kafka group member may ask for (Kafka's group.min/max.session.timeout.ms)
     group_min_session_timeout_ms: int = 6_000
@@ -118,6 +131,10 @@ class Settings:
     offload_check_interval: float = 5.0  # seconds between offload-policy sweeps
     offload_row_group_rows: int = 100_000
     offload_deletion_lag_ms: int = 4 * 3600 * 1000  # when a namespace sets none (Pulsar: 4 h)
+    # offloaded segments registered as Iceberg tables (docs/iceberg.md): sqlite (embedded,
+    # DATA_DIR/iceberg.db), rest (an Iceberg REST catalog at iceberg_catalog_url) or none
+    iceberg_catalog: str = "sqlite"
+    iceberg_catalog_url: str = ""  # sqlite: an SQLAlchemy URL (sqlite:///PATH); rest: its URI
     spark_master: str = "local[*]"  # Spark for views; started on the first view, not at boot
     spark_driver_memory: str = "2g"
     # most events per micro-batch of a SQL view (a Python view folds a tenth, at most 100k, in
@@ -149,9 +166,29 @@ class Settings:
         return self.tier_url or f"file://{(self.data_dir / 'tier').resolve()}"
 
     @property
+    def iceberg_url(self) -> str:
+        """The catalog's URL: the setting, or the embedded SQLite file for ``sqlite``."""
+        if self.iceberg_catalog_url or self.iceberg_catalog != "sqlite":
+            return self.iceberg_catalog_url
+        return f"sqlite:///{(self.data_dir / 'iceberg.db').resolve()}"
+
+    @property
     def views_python_dirs(self) -> tuple[Path, ...]:
         """The directories of ``views_python_path``, resolved (symbolic links followed)."""
         return tuple(Path(d).resolve() for d in self.views_python_path.split(os.pathsep) if d)
+
+    @property
+    def tls_files(self) -> TlsFiles | None:
+        """The TLS files when the TLS listeners are on, else None."""
+        if not self.tls_enabled:
+            return None
+        trust = Path(self.tls_trust_certs_file) if self.tls_trust_certs_file else None
+        return TlsFiles(
+            Path(self.tls_certificate_file),
+            Path(self.tls_key_file),
+            trust,
+            self.tls_require_trusted_client_cert,
+        )
 
     @property
     def metadata(self) -> str:
@@ -216,7 +253,16 @@ _STRATEGIES = {
     "FORWARD_TRANSITIVE",
     "FULL_TRANSITIVE",
 }
-_PORTS = {"pulsar_port", "http_port", "kafka_port", "flight_port", "storage_port"}
+_PORTS = {
+    "pulsar_port",
+    "http_port",
+    "kafka_port",
+    "flight_port",
+    "storage_port",
+    "pulsar_tls_port",
+    "https_port",
+    "kafka_ssl_port",
+}
 
 
 def build_settings(
@@ -289,6 +335,30 @@ def _coerce(name: str, value: Any) -> Any:
     return str(value)
 
 
+def _validate_iceberg(s: Settings) -> None:
+    if s.iceberg_catalog not in ("sqlite", "rest", "none"):
+        raise ConfigError(
+            "iceberg_catalog", f"{s.iceberg_catalog!r} is not one of sqlite, rest, none"
+        )
+    if s.iceberg_catalog == "rest" and not s.iceberg_catalog_url.startswith(
+        ("http://", "https://")
+    ):
+        raise ConfigError(
+            "iceberg_catalog_url",
+            "the REST catalog needs its URI (http://HOST:PORT/...) in iceberg_catalog_url",
+        )
+    if (
+        s.iceberg_catalog == "sqlite"
+        and s.iceberg_catalog_url
+        and not (s.iceberg_catalog_url.startswith("sqlite:///"))
+    ):
+        raise ConfigError(
+            "iceberg_catalog_url",
+            f"{s.iceberg_catalog_url!r}: the sqlite catalog takes sqlite:///PATH (or nothing: "
+            "DATA_DIR/iceberg.db)",
+        )
+
+
 def _validate(s: Settings) -> None:
     if s.data_dir is None:
         raise ConfigError("data_dir", "must be set")
@@ -319,12 +389,27 @@ def _validate(s: Settings) -> None:
             f"({s.group_max_session_timeout_ms}): lower it or raise the maximum",
         )
     parse_listeners(s.advertised_listeners)  # raises ConfigError when malformed
+    _validate_iceberg(s)
+    _validate_tls(s)
     check_quorums(s.ensemble_size, s.write_quorum, s.ack_quorum)
     if not (s.metadata_url == "" or s.metadata_url.startswith(("sqlite://", "memory:", "zk://"))):
         raise ConfigError(
             "metadata_url",
             f"unsupported store {s.metadata_url!r}: use sqlite:///PATH or "
             "zk://HOST:PORT[,HOST:PORT]/CHROOT",
+        )
+
+
+def _validate_tls(s: Settings) -> None:
+    if not s.tls_enabled:
+        return
+    for name in ("tls_certificate_file", "tls_key_file"):
+        if not getattr(s, name):
+            raise ConfigError(name, "tls_enabled needs a PEM file here")
+    if s.tls_require_trusted_client_cert and not s.tls_trust_certs_file:
+        raise ConfigError(
+            "tls_trust_certs_file",
+            "tls_require_trusted_client_cert needs the CA certificates clients are checked against",
         )
 
 

@@ -11,6 +11,7 @@ server, never of the request: it is logged with its traceback and answered
 from __future__ import annotations
 
 import logging
+import ssl
 from typing import Any
 
 from aiohttp import web
@@ -20,6 +21,7 @@ from magnetar.broker import Broker
 from magnetar.broker import errors as be
 from magnetar.broker.admin import PreconditionFailedError, TopicAdmin
 from magnetar.broker.offload import OffloadService
+from magnetar.broker.ownership import BrokerInfo
 from magnetar.core.errors import InvalidNameError, MagnetarError
 from magnetar.core.names import TopicName, check_namespace, check_tenant, check_topic
 from magnetar.http import messages, reading, schemas, tenants, topics
@@ -111,9 +113,15 @@ def redirect_to_owner(broker: Broker) -> Any:
         owner = await ownership.owner(name)
         if owner is None or owner.id == ownership.me.id:
             return await handler(request)
-        raise web.HTTPTemporaryRedirect(f"{owner.http}{request.path_qs}")
+        raise web.HTTPTemporaryRedirect(f"{base_url(owner, request)}{request.path_qs}")
 
     return middleware
+
+
+def base_url(owner: BrokerInfo, request: web.Request) -> str:
+    """Where a redirect to ``owner`` points: its https:// address for a request that came
+    over TLS (when it has one), else its http:// address."""
+    return owner.https if request.secure and owner.https else owner.http
 
 
 class HttpServer:
@@ -131,12 +139,19 @@ class HttpServer:
         flight_url: str | None = None,
         topic_level_metrics: bool = True,
         idle_timeout: float = 30.0,
+        https_port: int | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        service_url_tls: str | None = None,
     ):
         self.broker = broker
         self.host = host
         self.port = port
         self.advertised = advertised
         self.service_url = service_url
+        self.service_url_tls = service_url_tls
+        # the https:// listener (Pulsar's webServicePortTls), with ``ssl_context``
+        self.https_port = https_port if ssl_context is not None else None
+        self.ssl_context = ssl_context
         self.admin = TopicAdmin(broker)
         self.offload = offload
         self.flight_url = flight_url
@@ -154,9 +169,17 @@ class HttpServer:
     def url(self) -> str:
         return f"http://{self.advertised}:{self.port}"
 
+    @property
+    def https_url(self) -> str | None:
+        if self.https_port is None:
+            return None
+        return f"https://{self.advertised}:{self.https_port}"
+
     def routes(self) -> list[Route]:
         table = tenants.routes(self.broker)
-        table += topics.routes(self.broker, self.admin, self.service_url)
+        table += topics.routes(
+            self.broker, self.admin, self.service_url, self.service_url_tls, lambda: self.https_url
+        )
         table += stats_routes(self.broker, self.admin)
         if self.offload is not None:
             table += offload_routes(self.admin, self.offload)
@@ -196,6 +219,15 @@ class HttpServer:
         await web.TCPSite(self._runner, self.host, self.port).start()
         if self.port == 0:
             self.port = self._runner.addresses[0][1]
+
+    async def start_tls(self) -> None:
+        """Open the https:// listener (after :meth:`start`); nothing without TLS."""
+        if self._runner is None or self.ssl_context is None or self.https_port is None:
+            return
+        site = web.TCPSite(self._runner, self.host, self.https_port, ssl_context=self.ssl_context)
+        await site.start()
+        if self.https_port == 0:
+            self.https_port = self._runner.addresses[-1][1]
 
     async def aclose(self) -> None:
         if self._runner is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -62,7 +63,13 @@ def _message_id(body: Any, query: str | None) -> MessageId:
     )
 
 
-def routes(broker: Broker, admin: TopicAdmin, service_url: str) -> list[Route]:
+def routes(
+    broker: Broker,
+    admin: TopicAdmin,
+    service_url: str,
+    service_url_tls: str | None = None,
+    https_url: Callable[[], str | None] = lambda: None,
+) -> list[Route]:
     async def list_topics(request: web.Request) -> web.Response:
         m = request.match_info
         return ok(await broker.list_topics(m["tenant"], m["namespace"]))
@@ -223,18 +230,18 @@ def routes(broker: Broker, admin: TopicAdmin, service_url: str) -> list[Route]:
                 return ok(
                     {
                         "brokerUrl": owner.pulsar,
-                        "brokerUrlTls": "",
+                        "brokerUrlTls": owner.pulsar_tls,
                         "httpUrl": owner.http,
-                        "httpUrlTls": "",
+                        "httpUrlTls": owner.https,
                         "nativeUrl": owner.pulsar,
                     }
                 )
         return ok(
             {
                 "brokerUrl": service_url,
-                "brokerUrlTls": "",
-                "httpUrl": f"http://{request.host}",
-                "httpUrlTls": "",
+                "brokerUrlTls": service_url_tls or "",
+                "httpUrl": f"http://{request.host}" if not request.secure else "",
+                "httpUrlTls": https_url() or "",
                 "nativeUrl": service_url,
             }
         )

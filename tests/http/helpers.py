@@ -7,6 +7,7 @@ no Magnetar code on the client side.
 from __future__ import annotations
 
 import json
+import ssl
 import time
 import urllib.error
 import urllib.request
@@ -41,8 +42,16 @@ class Reply:
 class AdminHttp:
     """``call`` returns any status; ``get``/``ok`` fail the test unless the call succeeds."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        context: ssl.SSLContext | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         self.url = url
+        self.context = context  # for https:// URLs
+        self.headers = dict(headers or {})  # sent with every call (Authorization ...)
 
     def call(
         self, method: str, path: str, body: Any = NO_BODY, *, raw: bytes | None = None
@@ -50,8 +59,10 @@ class AdminHttp:
         data = raw if raw is not None else None if body is NO_BODY else json.dumps(body).encode()
         request = urllib.request.Request(self.url + path, data=data, method=method)
         request.add_header("Content-Type", "application/json")
+        for key, value in self.headers.items():
+            request.add_header(key, value)
         try:
-            with urllib.request.urlopen(request, timeout=30) as response:
+            with urllib.request.urlopen(request, timeout=30, context=self.context) as response:
                 return Reply(response.status, _decode(response.read()))
         except urllib.error.HTTPError as e:
             with e:

@@ -18,7 +18,7 @@ from magnetar.broker.policies import TopicPolicies
 from magnetar.core.errors import MagnetarError
 from magnetar.protocols.kafka import wire
 from magnetar.protocols.kafka.errors import ErrorCode, UnknownTopicError, error_code_of
-from magnetar.protocols.kafka.service import Service, Session
+from magnetar.protocols.kafka.service import KafkaSettings, Service, Session
 from magnetar.protocols.kafka.wire import Request
 
 log = logging.getLogger(__name__)
@@ -49,14 +49,14 @@ async def metadata(svc: Service, session: Session, req: Request) -> Response:
         names, auto = list(await svc.topics.list()), False
     s = svc.settings
     brokers: list[dict[str, Any]] = [
-        {"node_id": s.node_id, "host": s.advertised_host, "port": s.port}
+        {"node_id": s.node_id, "host": s.advertised_host, "port": session.listener_port(s)}
     ]
     ownership = svc.broker.ownership
     if ownership is not None:  # every live broker; a partition's leader is its owner
         brokers = []
         for b in await ownership.brokers():
-            host, _, port = b.kafka.rpartition(":")
-            brokers.append({"node_id": b.kafka_node, "host": host, "port": int(port)})
+            host, port = session.broker_address(b.kafka, b.kafka_tls)
+            brokers.append({"node_id": b.kafka_node, "host": host, "port": port})
     return {
         "throttle_time_ms": 0,
         "brokers": brokers,
@@ -330,6 +330,13 @@ _TYPES = {
 }
 
 
+def _advertised_listeners(s: KafkaSettings) -> str:
+    listeners = f"PLAINTEXT://{s.advertised_host}:{s.port}"
+    if s.ssl_port is not None:
+        listeners += f",SSL://{s.advertised_host}:{s.ssl_port}"
+    return listeners
+
+
 async def _configs(svc: Service, kind: int, name: str, version: int) -> list[Response]:
     if kind == TOPIC_RESOURCE:
         if await svc.topics.partition_count(name) is None:
@@ -338,7 +345,7 @@ async def _configs(svc: Service, kind: int, name: str, version: int) -> list[Res
     if kind == BROKER_RESOURCE:
         s = svc.settings
         values = {
-            "advertised.listeners": f"PLAINTEXT://{s.advertised_host}:{s.port}",
+            "advertised.listeners": _advertised_listeners(s),
             "auto.create.topics.enable": str(svc.broker.settings.allow_auto_topic_creation).lower(),
             "num.partitions": "1",
             "message.max.bytes": str(svc.settings.max_message_size),

@@ -45,14 +45,15 @@ async def find_coordinator(svc: Service, session: Session, req: Request) -> Resp
         }
     ownership = svc.broker.ownership
     if ownership is None:
-        return {"error_code": 0, "node_id": s.node_id, "host": s.advertised_host, "port": s.port}
+        port = session.listener_port(s)
+        return {"error_code": 0, "node_id": s.node_id, "host": s.advertised_host, "port": port}
     try:
         owner, _ = await ownership.lookup(_group_topic(svc, req.body.key))
     except MagnetarError:
         return {"error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE, "node_id": -1, "host": "",
                 "port": -1}  # fmt: skip
-    host, _, port = owner.kafka.rpartition(":")
-    return {"error_code": 0, "node_id": owner.kafka_node, "host": host, "port": int(port)}
+    host, port = session.broker_address(owner.kafka, owner.kafka_tls)
+    return {"error_code": 0, "node_id": owner.kafka_node, "host": host, "port": port}
 
 
 def _group_topic(svc: Service, group: str) -> TopicName:

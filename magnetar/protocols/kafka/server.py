@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import ssl
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -32,7 +33,16 @@ from magnetar.core.connections import (
     peer_ip,
 )
 from magnetar.core.metrics import Histogram
-from magnetar.protocols.kafka import admin, fetch, groups, produce, wire
+from magnetar.protocols.kafka import (
+    admin,
+    alter_configs,
+    fetch,
+    group_admin,
+    groups,
+    produce,
+    topic_admin,
+    wire,
+)
 from magnetar.protocols.kafka.errors import KafkaProtocolError, UnsupportedVersionError
 from magnetar.protocols.kafka.service import KafkaSettings, Service, Session
 
@@ -59,6 +69,15 @@ HANDLERS: dict[int, Handler] = {
     wire.DESCRIBE_GROUPS: groups.describe_groups,
     wire.CONSUMER_GROUP_HEARTBEAT: groups.consumer_group_heartbeat,
     wire.CONSUMER_GROUP_DESCRIBE: groups.consumer_group_describe,
+    wire.CREATE_PARTITIONS: topic_admin.create_partitions,
+    wire.DELETE_RECORDS: topic_admin.delete_records,
+    wire.DESCRIBE_LOG_DIRS: topic_admin.describe_log_dirs,
+    wire.ELECT_LEADERS: topic_admin.elect_leaders,
+    wire.DESCRIBE_TOPIC_PARTITIONS: topic_admin.describe_topic_partitions,
+    wire.ALTER_CONFIGS: alter_configs.alter_configs,
+    wire.INCREMENTAL_ALTER_CONFIGS: alter_configs.incremental_alter_configs,
+    wire.DELETE_GROUPS: group_admin.delete_groups,
+    wire.OFFSET_DELETE: group_admin.offset_delete,
 }
 MAX_IN_FLIGHT = 64  # requests per connection before reading pauses (or pending bytes cap)
 
@@ -67,12 +86,20 @@ class KafkaServer:
     """Listens on ``settings.host:settings.port`` and serves ``broker`` to Kafka clients."""
 
     def __init__(
-        self, broker: Broker, settings: KafkaSettings, limits: ConnectionLimits | None = None
+        self,
+        broker: Broker,
+        settings: KafkaSettings,
+        limits: ConnectionLimits | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
+        if ssl_context is None:  # no SSL listener without a context
+            settings = dataclasses.replace(settings, ssl_port=None)
         self.service = Service(broker, settings)
         self.limits = limits or ConnectionLimits()
         self.gate = ConnectionGate("Kafka", self.limits)
+        self.ssl_context = ssl_context
         self._server: asyncio.Server | None = None
+        self._ssl_server: asyncio.Server | None = None
         self.connections: set[Connection] = set()
 
     @property
@@ -90,24 +117,43 @@ class KafkaServer:
         port = self._server.sockets[0].getsockname()[1]
         self.service.settings = dataclasses.replace(s, port=port)
 
+    async def start_tls(self) -> None:
+        """Open the SSL listener (after :meth:`start`); nothing without a context."""
+        s = self.service.settings
+        if self.ssl_context is None or s.ssl_port is None:
+            return
+        loop = asyncio.get_running_loop()
+        self._ssl_server = await loop.create_server(
+            lambda: Connection(self, tls=True), s.host, s.ssl_port, ssl=self.ssl_context
+        )
+        port = self._ssl_server.sockets[0].getsockname()[1]
+        self.service.settings = dataclasses.replace(s, ssl_port=port)
+
+    @property
+    def bootstrap_ssl(self) -> str | None:
+        port = self.service.settings.ssl_port
+        return None if port is None else f"{self.service.settings.advertised_host}:{port}"
+
     async def aclose(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            for conn in list(self.connections):
-                conn.close()
-            await self._server.wait_closed()
-            self._server = None
+        servers = [s for s in (self._server, self._ssl_server) if s is not None]
+        for server in servers:
+            server.close()
+        for conn in list(self.connections):
+            conn.close()
+        for server in servers:
+            await server.wait_closed()
+        self._server = self._ssl_server = None
         await self.service.aclose()
 
 
 class Connection(asyncio.Protocol):
     """One client connection: decodes requests, runs them, answers in order."""
 
-    def __init__(self, server: KafkaServer) -> None:
+    def __init__(self, server: KafkaServer, *, tls: bool = False) -> None:
         self.server = server
         self.service = server.service
         self.reader = wire.FrameReader(server.service.settings.max_request_size)
-        self.session = Session()
+        self.session = Session(tls=tls)
         self.transport: asyncio.Transport | None = None
         # answers owed, in request order, each with the size of its request
         self._pending: deque[tuple[asyncio.Future[bytes | None], int]] = deque()

@@ -32,6 +32,7 @@ class KafkaSettings:
     namespace: str = "public/default"  # Kafka topic NAME = persistent://<namespace>/NAME
     host: str = "127.0.0.1"
     port: int = 9092
+    ssl_port: int | None = None  # the SSL listener's port; None: no SSL listener
     advertised_host: str = "127.0.0.1"
     node_id: int = 0
     cluster_id: str = "magnetar"
@@ -123,10 +124,22 @@ class Session:
 
     client_id: str = ""
     peer: str = "?"
+    tls: bool = False  # arrived on the SSL listener: brokers are named by their SSL address
     token: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     producers: dict[int, Producer] = field(default_factory=dict)  # id(topic) → producer
     # (topic, partition) → whose turn it is to be admitted (see produce._produce_partition)
     turns: dict[tuple[str, int], asyncio.Lock] = field(default_factory=dict)
+
+    def listener_port(self, settings: KafkaSettings) -> int:
+        """The port of the listener this connection came in on, as Metadata names it."""
+        if self.tls and settings.ssl_port is not None:
+            return settings.ssl_port
+        return settings.port
+
+    def broker_address(self, kafka: str, kafka_tls: str) -> tuple[str, int]:
+        """Another broker's (host, port) on the listener this connection uses."""
+        host, _, port = (kafka_tls if self.tls and kafka_tls else kafka).rpartition(":")
+        return host, int(port)
 
     def turn(self, topic: str, index: int) -> asyncio.Lock:
         """The lock that admits this connection's batches for a partition in arrival order."""

@@ -101,13 +101,13 @@ class Commands:
             )
             return
         url, owns = self.conn.server.service_url, True
+        tls = self.conn.server.service_url_tls  # a client on pulsar+ssl:// connects there
         listeners: Mapping[str, Mapping[str, str]] = self.conn.server.listeners
         ownership = self.broker.ownership
         if ownership is not None:
             owner, owns = await ownership.lookup(name, authoritative=cmd.authoritative)
             if owner.id != ownership.me.id:
-                url, listeners = owner.pulsar, owner.listeners
-        tls = None
+                url, listeners, tls = owner.pulsar, owner.listeners, owner.pulsar_tls or None
         if wanted:  # the owner's address on that listener (brokers of a cluster share names)
             listener = listeners.get(wanted, {})
             url, tls = listener.get("pulsar", ""), listener.get("pulsar+ssl")

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import ssl
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 
 from magnetar import __version__
@@ -67,6 +68,8 @@ class PulsarServer:
         max_message_size: int,
         listeners: Mapping[str, Mapping[str, str]] | None = None,
         limits: ConnectionLimits | None = None,
+        tls_port: int | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.broker = broker
         self.host = host
@@ -77,7 +80,11 @@ class PulsarServer:
         self.listeners = dict(listeners or {})
         self.limits = limits or ConnectionLimits()
         self.gate = ConnectionGate("Pulsar", self.limits)
+        # the pulsar+ssl:// listener (Pulsar's brokerServicePortTls), with ``ssl_context``
+        self.tls_port = tls_port if ssl_context is not None else None
+        self.ssl_context = ssl_context
         self._server: asyncio.Server | None = None
+        self._tls_server: asyncio.Server | None = None
         self.connections: set[Connection] = set()
 
     async def start(self) -> None:
@@ -85,17 +92,36 @@ class PulsarServer:
         self._server = await loop.create_server(lambda: Connection(self), self.host, self.port)
         self.port = self._server.sockets[0].getsockname()[1]
 
+    async def start_tls(self) -> None:
+        """Open the pulsar+ssl:// listener (after :meth:`start`); nothing without TLS."""
+        if self.ssl_context is None or self.tls_port is None:
+            return
+        loop = asyncio.get_running_loop()
+        self._tls_server = await loop.create_server(
+            lambda: Connection(self), self.host, self.tls_port, ssl=self.ssl_context
+        )
+        self.tls_port = self._tls_server.sockets[0].getsockname()[1]
+
     @property
     def service_url(self) -> str:
         return f"pulsar://{self.advertised_host}:{self.port}"
 
+    @property
+    def service_url_tls(self) -> str | None:
+        """``pulsar+ssl://host:port`` when the TLS listener is on, else None."""
+        if self.tls_port is None:
+            return None
+        return f"pulsar+ssl://{self.advertised_host}:{self.tls_port}"
+
     async def aclose(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            for conn in list(self.connections):
-                conn.close()
-            await self._server.wait_closed()
-            self._server = None
+        servers = [s for s in (self._server, self._tls_server) if s is not None]
+        for server in servers:
+            server.close()
+        for conn in list(self.connections):
+            conn.close()
+        for server in servers:
+            await server.wait_closed()
+        self._server = self._tls_server = None
 
 
 class Connection(asyncio.Protocol):
