@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from magnetar.broker import policies as paths
 from magnetar.broker.dedup import Deduplication
+from magnetar.broker.delays import DEFAULT_TICK_MS
 from magnetar.broker.errors import (
     AlreadyExistsError,
     InvalidRequestError,
@@ -87,6 +88,7 @@ class Broker:
         for topic in list(self.topics.values()):
             if topic.name.namespace_name == namespace:
                 await self._configure_dedup(topic)
+                await self._configure_delayed_delivery(topic)
 
     def _on_topic_policy_change(self, note: Notification) -> None:
         path = note.path.removeprefix(paths.TOPIC_POLICIES + "/")
@@ -241,11 +243,18 @@ class Broker:
         await topic.load_subscriptions()
         await self._configure_dedup(topic)
         await self._configure_limits(topic)
+        await self._configure_delayed_delivery(topic)
         return topic
 
     async def _configure_limits(self, topic: Topic) -> None:
         size = await self.topic_policy(topic.name, "maxMessageSize")
         topic.max_message_size = size if isinstance(size, int) else None
+
+    async def _configure_delayed_delivery(self, topic: Topic) -> None:
+        policy = (await self.policies(topic.name)).delayed_delivery_policies or {}
+        topic.set_delayed_delivery(
+            bool(policy.get("active", True)), int(policy.get("tickTime", DEFAULT_TICK_MS))
+        )
 
     async def _configure_dedup(self, topic: Topic) -> None:
         enabled = await self.deduplication(topic.name)

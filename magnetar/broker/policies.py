@@ -52,6 +52,8 @@ class Policies:
     # {bookkeeperEnsemble, bookkeeperWriteQuorum, bookkeeperAckQuorum}: new ledgers of the
     # namespace's topics on storage nodes (None: the broker's ensemble/quorum settings)
     persistence: dict[str, int] | None = None
+    # Pulsar's DelayedDeliveryPolicies {active, tickTime}: None = delayed delivery on, 1 s tick
+    delayed_delivery_policies: dict[str, Any] | None = None
 
     def to_bytes(self) -> bytes:
         return json.dumps(asdict(self), sort_keys=True).encode()

@@ -10,6 +10,9 @@ which is dispatched before new entries. Who gets an entry depends on the type:
 - SHARED: round robin over consumers with permits;
 - KEY_SHARED: a consistent-hash ring over consumers by the entry's key, so one key always
   goes to one consumer while membership holds (head-of-line waits preserve key order).
+
+Shared and Key_Shared subscriptions hold entries that ask for a later delivery time
+(:mod:`delays`) and put them in the replay set when they are due.
 """
 
 from __future__ import annotations
@@ -26,7 +29,9 @@ from typing import Protocol
 from magnetar.broker import formats, key_shared
 from magnetar.broker.counters import TopicCounters
 from magnetar.broker.cursor import Cursor, CursorStore
+from magnetar.broker.delays import DelayedDeliveryPolicy, DelayIndex
 from magnetar.broker.errors import ConsumerBusyError
+from magnetar.core.clock import SYSTEM_CLOCK, Clock
 from magnetar.core.entries import Entry
 from magnetar.core.ids import MessageId
 from magnetar.ledger import ManagedLedger, OffsetOutOfRangeError
@@ -111,6 +116,8 @@ class Subscription:
         start: int = 0,
         limits: UnackedLimits = UnackedLimits(),
         counters: TopicCounters | None = None,
+        delayed: DelayedDeliveryPolicy | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.name = name
         self.type = sub_type
@@ -138,6 +145,10 @@ class Subscription:
         self.blocked_on_unacked = False  # Pulsar's blockedDispatcherOnUnackedMsgs
         self.counters = counters if counters is not None else TopicCounters()  # the topic's
         self.msgs_out = self.bytes_out = 0  # delivered by this subscription, since loaded
+        self.delayed = delayed if delayed is not None else DelayedDeliveryPolicy()  # the topic's
+        self.clock = clock
+        self.delays = DelayIndex()  # entries held until their deliver-at time
+        self._delay_timer: asyncio.TimerHandle | None = None
 
     # -- membership ---------------------------------------------------------------------
 
@@ -151,6 +162,8 @@ class Subscription:
             self.store.sub_type = sub_type.name  # a restart brings it back as this type
             self.store.changed()
         self.type = sub_type
+        if sub_type not in _CAPPED:
+            self.release_delayed()  # Exclusive and Failover do not delay
         if sub_type is SubType.EXCLUSIVE and self.consumers:
             raise ConsumerBusyError(
                 f"exclusive subscription {self.name!r} already has a consumer; "
@@ -262,6 +275,7 @@ class Subscription:
         self._replay.clear()
         self._redeliveries.clear()
         self._counts.clear()
+        self.delays.clear()
         self.read_position = offset
         self._epoch += 1
         for c in self.consumers:
@@ -301,6 +315,49 @@ class Subscription:
         end = self.ledger.end_offset
         md = self.cursor.mark_delete
         return max(0, end - md - self.cursor.acked_count(md, end))
+
+    # -- delayed delivery ---------------------------------------------------------------
+
+    def _hold(self, entry: Entry) -> bool:
+        """Whether ``entry`` must wait for its deliver-at time (then it is in the index)."""
+        if entry.base_offset in self.delays:
+            return True
+        if self.type not in _CAPPED or not self.delayed.active:
+            return False
+        at = formats.deliver_at_of(entry.format, entry.payload)
+        if at is None or at <= self.clock.now_ms():
+            return False
+        self.delays.hold(entry.base_offset, at)
+        self._arm_delay_timer()
+        return True
+
+    def _arm_delay_timer(self) -> None:
+        at = self.delays.next_time()
+        if self._delay_timer is not None:
+            self._delay_timer.cancel()
+            self._delay_timer = None
+        if at is not None:
+            delay = max(0.0, (at - self.clock.now_ms()) / 1000)
+            loop = asyncio.get_running_loop()
+            self._delay_timer = loop.call_later(delay, self._release_due)
+
+    def _release_due(self) -> None:
+        self._delay_timer = None
+        due = self.delays.pop_due(self.clock.now_ms())
+        self._replay.update(due)
+        self._arm_delay_timer()
+        if due:
+            self.kick()
+
+    def release_delayed(self) -> None:
+        """Deliver every held entry now (the policy was turned off, or the type changed)."""
+        if self._delay_timer is not None:
+            self._delay_timer.cancel()
+            self._delay_timer = None
+        if self.delays:
+            self._replay.update(self.delays.pop_all())
+            if self.consumers:
+                self.kick()
 
     # -- dispatch -----------------------------------------------------------------------
 
@@ -440,7 +497,7 @@ class Subscription:
             room={c: c.permits if c.ready else 0 for c in self.consumers},  # paused, capped: 0
             draining=draining,
             look_ahead=LOOK_AHEAD - len(self._replay),
-            settled=self._settled_or_pending,
+            settled=lambda e: self._settled_or_pending(e) or self._hold(e),  # held: passed over
         )
         self._key_hashes.update((e.base_offset, h) for e, h in chosen.deliver)
         sent = self._send([e for e, _ in chosen.deliver], replay=True)
@@ -469,7 +526,7 @@ class Subscription:
         for entry in entries:
             base, count = entry.base_offset, entry.count
             acked = self.cursor.acked_count(base, base + count)
-            if acked >= count or (not replay and base in self._pending):
+            if acked >= count or (not replay and (base in self._pending or self._hold(entry))):
                 self._replay.discard(base)
                 sent += 1
                 if not replay:
@@ -524,6 +581,8 @@ class Subscription:
 
     async def aclose(self) -> None:
         self._remove_listener()
+        if self._delay_timer is not None:
+            self._delay_timer.cancel()
         if self._task is not None:
             self._task.cancel()
         if self.store is not None:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from magnetar.broker.counters import TopicCounters
 from magnetar.broker.cursor import CursorStore
 from magnetar.broker.dedup import Deduplication
+from magnetar.broker.delays import DelayedDeliveryPolicy
 from magnetar.broker.errors import (
     MessageTooLargeError,
     ProducerBusyError,
@@ -66,6 +67,7 @@ class Topic:
     new_producer_name: Callable[[], str] = field(default=lambda: "")
     unacked_limits: UnackedLimits = field(default_factory=UnackedLimits)
     counters: TopicCounters = field(default_factory=TopicCounters)  # since loaded
+    delayed: DelayedDeliveryPolicy = field(default_factory=DelayedDeliveryPolicy)
     _exclusive_waiters: deque[tuple[Producer, asyncio.Future[None]]] = field(default_factory=deque)
     # Set when the topic is unloaded: publishes are refused from then on, and the unload
     # waits for those already under way before it closes the ledger (Pulsar's fencing).
@@ -92,6 +94,7 @@ class Topic:
                 store,
                 limits=self.unacked_limits,
                 counters=self.counters,
+                delayed=self.delayed,
             )
 
     # -- producers ----------------------------------------------------------------------
@@ -273,6 +276,7 @@ class Topic:
             start=start,
             limits=self.unacked_limits,
             counters=self.counters,
+            delayed=self.delayed,
         )
         self.subscriptions[name] = sub
         return sub
@@ -284,6 +288,13 @@ class Topic:
         await sub.aclose()
         if sub.store is not None:
             await sub.store.delete()
+
+    def set_delayed_delivery(self, active: bool, tick_ms: int) -> None:
+        """Follow the namespace's delayedDelivery policy; turned off, held messages go now."""
+        self.delayed.active, self.delayed.tick_ms = active, tick_ms
+        if not active:
+            for sub in self.subscriptions.values():
+                sub.release_delayed()
 
     async def drop_if_unused(self, sub: Subscription) -> None:
         """Readers' (non-durable) subscriptions vanish with their last consumer."""

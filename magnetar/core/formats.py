@@ -196,6 +196,14 @@ def sequence_of(fmt: int, payload: bytes) -> Sequence | None:
     return codec.sequence(payload) if codec else None
 
 
+def deliver_at_of(fmt: int, payload: bytes) -> int | None:
+    """When the entry asked to be delivered (ms since the epoch; Pulsar's ``deliver_at_time``),
+    or None for an entry to deliver at once (and for formats that cannot ask)."""
+    codec = codec_of(fmt)
+    deliver_at = getattr(codec, "deliver_at", None)
+    return deliver_at(payload) if deliver_at is not None else None
+
+
 class UnknownFormatError(ValueError):
     """No registered format can unpack or rebuild entries of this format."""
 

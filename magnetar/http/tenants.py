@@ -9,6 +9,7 @@ from typing import Any
 from aiohttp import web
 
 from magnetar.broker import Broker
+from magnetar.broker.delays import DEFAULT_TICK_MS
 from magnetar.broker.errors import InvalidRequestError
 from magnetar.broker.policies import STRATEGIES, Policies
 from magnetar.http.bodies import JAVA_INT, JAVA_LONG, boolean, choice, integer, json_body, obj
@@ -181,6 +182,14 @@ def _persistence(value: Any) -> dict[str, int]:
     return {"bookkeeperEnsemble": e, "bookkeeperWriteQuorum": qw, "bookkeeperAckQuorum": qa}
 
 
+def _delayed_delivery(value: Any) -> dict[str, Any]:
+    """Pulsar's DelayedDeliveryPolicies: {"active": bool, "tickTime": ms}."""
+    policy = obj(value, "delayedDelivery")
+    active = boolean(policy.get("active", True), "active")
+    tick = _long(policy.get("tickTime", DEFAULT_TICK_MS), "tickTime", minimum=1)
+    return {"active": active, "tickTime": tick}
+
+
 # (path suffix, Policies field, parser, value when deleted, write method)
 _POLICIES: list[tuple[str, str, Callable[[Any], Any], Any, str]] = [
     ("retention", "retention_policies", retention_policy, None, "POST"),
@@ -216,6 +225,7 @@ _POLICIES: list[tuple[str, str, Callable[[Any], Any], Any, str]] = [
     ),
     ("backlogQuota", "backlog_quota_map", _backlog_quota, {}, "POST"),
     ("persistence", "persistence", _persistence, None, "POST"),
+    ("delayedDelivery", "delayed_delivery_policies", _delayed_delivery, None, "POST"),
 ]
 
 
@@ -249,6 +259,8 @@ def _policy_handlers(
         value = getattr(await ns.policies(t, n), field)
         if field == "backlog_quota_map":
             value = {"destination_storage": value} if value else {}
+        if field == "delayed_delivery_policies" and value is None:
+            value = {"active": True, "tickTime": DEFAULT_TICK_MS}  # the broker's default
         return ok(value)
 
     async def put(request: web.Request) -> web.Response:

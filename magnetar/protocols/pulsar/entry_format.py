@@ -53,6 +53,10 @@ class PulsarEntryFormat:
         highest = max(metadata.highest_sequence_id, last)
         return formats.Sequence(metadata.producer_name, metadata.sequence_id, highest)
 
+    def deliver_at(self, payload: bytes) -> int | None:
+        metadata = metadata_of(payload)
+        return metadata.deliver_at_time if metadata.HasField("deliver_at_time") else None
+
     def unpack(self, payload: bytes) -> list[MessageRow]:
         """The messages, through protobuf objects. :meth:`unpack_columns` gives the same
         fields faster; this stays the reference its tests compare against."""
