@@ -21,6 +21,7 @@ from magnetar.broker.errors import (
     TopicNotFoundError,
 )
 from magnetar.broker.limits import TopicLimits
+from magnetar.broker.log_start import LogStarts
 from magnetar.broker.ownership import Ownership
 from magnetar.broker.policies import Namespaces, Policies, TopicPolicyStore
 from magnetar.broker.producer_names import ProducerNames
@@ -29,7 +30,7 @@ from magnetar.broker.subscription import UnackedLimits
 from magnetar.broker.topic import Topic
 from magnetar.core import formats
 from magnetar.core.names import TopicName
-from magnetar.ledger import LedgerFactory
+from magnetar.ledger import LedgerFactory, OffsetOutOfRangeError
 from magnetar.meta import MetadataStore, Notification
 
 
@@ -67,6 +68,7 @@ class Broker:
         self.topic_policies = TopicPolicyStore(meta, self.namespaces)
         self._unwatch_topics = meta.watch(paths.TOPIC_POLICIES, self._on_topic_policy_change)
         self.producer_names = ProducerNames(settings.cluster_name)
+        self.log_starts = LogStarts(meta)
         self.ownership: Ownership | None = None  # several brokers: who serves which bundle
         self.limits = TopicLimits(
             meta,
@@ -184,9 +186,31 @@ class Broker:
         await self.meta.delete_recursive(topic.cursor_root)
         await self.meta.delete_recursive(f"/dedup/{name.path}")
         await topic.ledger.delete()
+        await self.log_starts.delete(name)
         await self.meta.delete_recursive(paths.topic_path(name.tenant, name.namespace, name.local))
         if name.partition < 0:
             await self.schemas.delete(name.path)
+
+    async def delete_records(self, topic: Topic, before: int) -> int:
+        """Delete ``topic``'s records before offset ``before`` (Kafka's DeleteRecords; -1:
+        all of them, up to the end offset) and return the new start offset. Durable when
+        this returns: from then on reads below it fail with OffsetOutOfRangeError, after a
+        restart too; the segments wholly below it are deleted now, the one holding it once
+        it is closed and the retention sweep sees it. An offset below the start changes
+        nothing; one past the end raises OffsetOutOfRangeError and deletes nothing."""
+        ledger = topic.ledger
+        end = ledger.end_offset
+        before = end if before == -1 else before
+        if not 0 <= before <= end:
+            raise OffsetOutOfRangeError(
+                f"cannot delete records of {topic.name} before offset {before}: "
+                f"use -1 or 0..{end} (the end offset)"
+            )
+        if before > ledger.start_offset:
+            await self.log_starts.set(topic.name, before)
+            ledger.delete_before(before)
+            await ledger.trim_deleted()
+        return ledger.start_offset
 
     async def topic_exists(self, name: TopicName) -> bool:
         return await self.meta.exists(paths.topic_path(name.tenant, name.namespace, name.local))
@@ -229,6 +253,7 @@ class Broker:
         if self.ownership is not None:  # registered by any broker, served by its owner only
             await self.ownership.check(name)  # NotOwnerError: its client looks it up again
         ledger = await self.ledgers.open(name.path)
+        ledger.delete_before(min(await self.log_starts.get(name), ledger.end_offset))
         limits = UnackedLimits(
             self.settings.max_unacked_messages_per_consumer,
             self.settings.max_unacked_messages_per_subscription,

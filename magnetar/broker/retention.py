@@ -59,6 +59,11 @@ class RetentionService:
         return deleted
 
     async def _sweep_topic(self, topic: Topic) -> int:
+        # segments holding only deleted records (DeleteRecords) go whatever the policy
+        deleted = len(await topic.ledger.trim_deleted())
+        return deleted + await self._apply_policies(topic)
+
+    async def _apply_policies(self, topic: Topic) -> int:
         policies = await self.broker.policies(topic.name)
         if policies.message_ttl_in_seconds:
             await self._expire(topic, policies.message_ttl_in_seconds)

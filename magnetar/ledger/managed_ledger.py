@@ -107,6 +107,8 @@ class ManagedLedger:
         self._ids: list[int] = []  # known segment ids, ascending
         self._listeners: list[Callable[[], None]] = []
         self._offloading: set[int] = set()  # segment ids with an offload in flight
+        # records before it are deleted (Kafka's DeleteRecords), even while still stored
+        self._deleted_before = 0
 
     @classmethod
     async def open(
@@ -133,7 +135,25 @@ class ManagedLedger:
 
     @property
     def start_offset(self) -> int:
-        return self.storage.start_offset(self.name)
+        """The first offset a reader can get: the first stored one, or the offset records
+        were deleted before (:meth:`delete_before`), whichever is larger."""
+        return max(self.storage.start_offset(self.name), self._deleted_before)
+
+    def delete_before(self, offset: int) -> None:
+        """Make every record before ``offset`` (at most the end offset) unreadable now, as if
+        trimmed: reads below it raise OffsetOutOfRangeError and :attr:`start_offset` moves
+        there. Not durable by itself: the caller keeps ``offset`` and sets it again when the
+        ledger is opened. The segments wholly below it go at :meth:`trim_deleted`."""
+        if offset > self.end_offset:
+            raise ValueError(f"{offset} is past the end offset {self.end_offset} of {self.name}")
+        self._deleted_before = max(self._deleted_before, offset)
+
+    async def trim_deleted(self) -> list[SegmentInfo]:
+        """Delete the closed segments that hold only records before :meth:`delete_before`'s
+        offset (see :meth:`trim`); nothing when there are none."""
+        if self._deleted_before <= self.storage.start_offset(self.name):
+            return []
+        return await self.trim(self._deleted_before)
 
     def message_id(self, entry: Entry, batch_index: int = -1) -> MessageId:
         """The Pulsar id of ``entry`` (or of message ``batch_index`` inside it)."""
@@ -206,6 +226,11 @@ class ManagedLedger:
     ) -> list[Entry]:
         """Entries from the one holding ``offset``, wherever its segment lives: local files,
         or the object store once offloaded (the caller never knows which)."""
+        if offset < self._deleted_before:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} of {self.name} was deleted by a records deletion; the "
+                f"first offset is now {self.start_offset}"
+            )
         try:
             return await self.storage.read(
                 self.name, offset, max_entries=max_entries, max_bytes=max_bytes

@@ -39,6 +39,9 @@ JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 11, 12, 13, 14
 DESCRIBE_GROUPS, LIST_GROUPS, API_VERSIONS = 15, 16, 18
 CREATE_TOPICS, DELETE_TOPICS, INIT_PRODUCER_ID, DESCRIBE_CONFIGS = 19, 20, 22, 32
 CONSUMER_GROUP_HEARTBEAT, CONSUMER_GROUP_DESCRIBE = 68, 69
+DELETE_RECORDS, ALTER_CONFIGS, DESCRIBE_LOG_DIRS, CREATE_PARTITIONS = 21, 33, 35, 37
+DELETE_GROUPS, ELECT_LEADERS, INCREMENTAL_ALTER_CONFIGS, OFFSET_DELETE = 42, 43, 44, 47
+DESCRIBE_TOPIC_PARTITIONS = 75
 _OWN_SCHEMAS = "magnetar.protocols.kafka.schemas"  # messages kafka-python does not ship
 
 
@@ -80,6 +83,25 @@ _APIS: dict[int, tuple[Any, Any, int, int]] = {
     DESCRIBE_CONFIGS: (admin.DescribeConfigsRequest, admin.DescribeConfigsResponse, 0, 4),
     CONSUMER_GROUP_HEARTBEAT: (ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, 1, 1),
     CONSUMER_GROUP_DESCRIBE: (ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse, 0, 0),
+    DELETE_RECORDS: (admin.DeleteRecordsRequest, admin.DeleteRecordsResponse, 0, 2),
+    ALTER_CONFIGS: (admin.AlterConfigsRequest, admin.AlterConfigsResponse, 0, 2),
+    DESCRIBE_LOG_DIRS: (admin.DescribeLogDirsRequest, admin.DescribeLogDirsResponse, 1, 4),
+    CREATE_PARTITIONS: (admin.CreatePartitionsRequest, admin.CreatePartitionsResponse, 0, 3),
+    DELETE_GROUPS: (admin.DeleteGroupsRequest, admin.DeleteGroupsResponse, 0, 2),
+    ELECT_LEADERS: (admin.ElectLeadersRequest, admin.ElectLeadersResponse, 0, 2),
+    INCREMENTAL_ALTER_CONFIGS: (
+        admin.IncrementalAlterConfigsRequest,
+        admin.IncrementalAlterConfigsResponse,
+        0,
+        1,
+    ),
+    OFFSET_DELETE: (consumer.OffsetDeleteRequest, consumer.OffsetDeleteResponse, 0, 0),
+    DESCRIBE_TOPIC_PARTITIONS: (
+        admin.DescribeTopicPartitionsRequest,
+        admin.DescribeTopicPartitionsResponse,
+        0,
+        0,
+    ),
 }
 SUPPORTED: Mapping[int, tuple[int, int]] = {k: (v[2], v[3]) for k, v in _APIS.items()}
 _PREFIX = struct.Struct(">hhi")
