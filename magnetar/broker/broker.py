@@ -77,7 +77,9 @@ class Broker:
         )
 
     async def start(self) -> None:
-        formats.limit_message_size(self.settings.max_message_size)
+        # a message of max_message_size bytes in its batch or record framing may inflate a
+        # little past it (Pulsar pads its frame limit by 10 KiB for the same reason)
+        formats.limit_message_size(self.settings.max_message_size + 10 * 1024)
         await self.namespaces.ensure_defaults()
         await self.producer_names.start(self.meta)
 

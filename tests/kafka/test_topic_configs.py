@@ -130,7 +130,7 @@ def test_a_plain_topic_reports_defaults(bootstrap: str, topic: str) -> None:
     resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
     described = admin.describe_configs([resource])[resource].result(TIMEOUT_S)
     assert described["retention.ms"].value == "-1"  # the namespace keeps everything
-    assert described["max.message.bytes"].value == str(5 * MiB)
+    assert described["max.message.bytes"].value == str(5 * MiB + 10 * 1024)  # with batch room
     assert all(described[k].is_default for k in ("retention.ms", "max.message.bytes"))
 
 

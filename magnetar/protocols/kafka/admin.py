@@ -16,7 +16,7 @@ from typing import Any
 
 from magnetar.broker.policies import TopicPolicies
 from magnetar.core.errors import MagnetarError
-from magnetar.protocols.kafka import wire
+from magnetar.protocols.kafka import records, wire
 from magnetar.protocols.kafka.errors import ErrorCode, UnknownTopicError, error_code_of
 from magnetar.protocols.kafka.service import KafkaSettings, Service, Session
 from magnetar.protocols.kafka.wire import Request
@@ -172,7 +172,7 @@ def topic_policies(svc: Service, configs: list[Any]) -> TopicPolicies:
             retention["retentionSizeInMB"] = _whole(name, value, MiB, "MiB")
         elif name == "max.message.bytes":
             size = _number(name, value)
-            limit = svc.settings.max_message_size
+            limit = svc.settings.max_message_size + records.BATCH_PADDING
             if not 0 < size <= limit:
                 raise ConfigError(f"max.message.bytes={value}: use 1..{limit} (the broker's limit)")
             policies.maxMessageSize = size
@@ -288,7 +288,7 @@ async def _topic_configs(svc: Service, name: str) -> list[Response]:
     size, size_source = (
         (own_size, _TOPIC_CONFIG)
         if isinstance(own_size, int)
-        else (svc.settings.max_message_size, _DEFAULT_CONFIG)
+        else (svc.settings.max_message_size + records.BATCH_PADDING, _DEFAULT_CONFIG)
     )
     values = [
         ("cleanup.policy", "delete", _DEFAULT_CONFIG),
@@ -348,7 +348,7 @@ async def _configs(svc: Service, kind: int, name: str, version: int) -> list[Res
             "advertised.listeners": _advertised_listeners(s),
             "auto.create.topics.enable": str(svc.broker.settings.allow_auto_topic_creation).lower(),
             "num.partitions": "1",
-            "message.max.bytes": str(svc.settings.max_message_size),
+            "message.max.bytes": str(svc.settings.max_message_size + records.BATCH_PADDING),
         }
         return [_config(k, v, _STATIC_BROKER_CONFIG) for k, v in values.items()]
     return []

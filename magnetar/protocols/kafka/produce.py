@@ -90,7 +90,7 @@ async def _produce_partition(
     Durability is awaited outside the turn, so requests still pipeline.
     """
     try:
-        batches = _batches(data, svc.settings.max_message_size)
+        batches = _batches(data, svc.settings.max_message_size + records.BATCH_PADDING)
         async with session.turn(topic_name, index):
             topic = svc.topics.cached(topic_name, index)
             if topic is None:

@@ -29,6 +29,10 @@ HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_SIZE = HEADER.size  # 61
 LOG_OVERHEAD = 12  # baseOffset + batchLength: what precedes the counted bytes
 CRC_START = 21
+# Room a record batch needs beyond the largest message it may carry: its header, a record's
+# framing, key and headers (Pulsar pads its frame limit by the same 10 KiB for metadata), so
+# a message of max_message_size bytes fits, as Kafka clients and Pulsar users expect.
+BATCH_PADDING = 10 * 1024
 _OFFSET = struct.Struct(">q")
 _TIMESTAMP_LOG_APPEND = 0x08
 _TRANSACTIONAL = 0x10
