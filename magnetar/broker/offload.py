@@ -12,14 +12,16 @@ namespace's ``offloadDeletionLagMs``.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from dataclasses import dataclass, field
 
 from magnetar.broker.broker import Broker
 from magnetar.broker.errors import InvalidRequestError
+from magnetar.broker.schemas import RECORD_TYPES
 from magnetar.broker.topic import Topic
 from magnetar.core.clock import SYSTEM_CLOCK, Clock
-from magnetar.ledger import SegmentState
+from magnetar.ledger import SegmentState, ValueSchema
 from magnetar.ledger import SegmentView as SegmentInfo
 from magnetar.ledger.errors import SegmentNotOffloadableError
 
@@ -166,16 +168,28 @@ class OffloadService:
         if not [s for s in self._closed_local(topic) if s.end_offset <= status.requested_before]:
             status.requested_before = -1
 
-    @staticmethod
-    async def _offload_one(topic: Topic, seg: SegmentInfo) -> bool:
+    async def _offload_one(self, topic: Topic, seg: SegmentInfo) -> bool:
         """Offload ``seg``; False if it was no longer offloadable (trimmed by retention, or
         offloaded by an admin call meanwhile), which is no failure."""
         try:
-            await topic.ledger.offload(seg.segment_id)
+            await topic.ledger.offload(seg.segment_id, value_schema=await self._value_schema(topic))
         except SegmentNotOffloadableError as e:
             log.info("skipping offload: %s", e)
             return False
         return True
+
+    async def _value_schema(self, topic: Topic) -> ValueSchema | None:
+        """The topic's schema versions, which type its Iceberg table's columns."""
+        versions = await self.broker.schemas.versions(topic.name.base.path)
+        if not versions:
+            return None
+        definitions = []
+        for v in versions:
+            try:
+                definitions.append(json.loads(v.data) if v.type in RECORD_TYPES else None)
+            except ValueError:
+                definitions.append(None)
+        return ValueSchema(versions[-1].type, tuple(definitions))
 
     async def _drop_local_copies(self, topic: Topic) -> None:
         policies = await self.broker.policies(topic.name)

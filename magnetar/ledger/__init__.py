@@ -9,6 +9,7 @@ from magnetar.ledger.factory import LedgerFactory
 from magnetar.ledger.managed_ledger import LedgerStorage, ManagedLedger
 from magnetar.storage import OffsetOutOfRangeError, SegmentState
 from magnetar.storage import SegmentInfo as SegmentView
+from magnetar.tier import ValueSchema  # what types a topic's Iceberg table (ManagedLedger.offload)
 
 __all__ = [
     "LedgerFactory",
@@ -17,4 +18,5 @@ __all__ = [
     "OffsetOutOfRangeError",
     "SegmentState",
     "SegmentView",
+    "ValueSchema",
 ]

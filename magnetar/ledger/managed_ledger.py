@@ -19,6 +19,7 @@ from magnetar.core.entries import Entry
 from magnetar.core.errors import MagnetarError
 from magnetar.core.ids import MessageId
 from magnetar.ledger import offload_attempts as attempts
+from magnetar.ledger import table_commits
 from magnetar.ledger.errors import NoObjectStoreError, SegmentNotOffloadableError
 from magnetar.storage import (
     OffsetOutOfRangeError,
@@ -26,7 +27,7 @@ from magnetar.storage import (
     SegmentNotLocalError,
     SegmentState,
 )
-from magnetar.tier import ObjectNotFoundError, Tier, key_of
+from magnetar.tier import ObjectNotFoundError, Tier, ValueSchema, key_of
 
 log = logging.getLogger(__name__)
 
@@ -86,10 +87,9 @@ class LedgerStorage(Protocol):
 
     def segments(self, name: str) -> list[SegmentInfo]: ...
 
-    async def check(self, name: str, *, repair: bool = False) -> list[dict[str, Any]]:
+    async def check(self, name: str) -> list[dict[str, Any]]:
         """Read and verify every stored entry: one row per segment (``segmentId``,
-        ``state``, ``entries``, ``error``: file, byte and problem, or ""). With ``repair``,
-        damaged copies that have a good replica are replaced first (replicated storage)."""
+        ``state``, ``entries``, ``error``: file, byte and problem, or "")."""
         ...
 
     def damaged(self, name: str) -> dict[int, str]:
@@ -300,8 +300,12 @@ class ManagedLedger:
 
     # -- tiered storage -----------------------------------------------------------------
 
-    async def offload(self, segment_id: int) -> SegmentInfo:
+    async def offload(
+        self, segment_id: int, *, value_schema: ValueSchema | None = None
+    ) -> SegmentInfo:
         """Copy a closed segment to the object store, verified, then mark it OFFLOADED.
+        With an Iceberg catalog, its rows (typed by ``value_schema``) are committed to the
+        topic's table before the mark (see ``table_commits``).
 
         Durable when this returns: the segment record says OFFLOADED and names the verified
         object. On failure the segment is CLOSED and local again and the error is raised:
@@ -316,7 +320,7 @@ class ManagedLedger:
         self._check_offloadable(segment_id)
         self._offloading.add(segment_id)
         try:
-            return await self._offload(self.tier, segment_id)
+            return await self._offload(self.tier, segment_id, value_schema)
         finally:
             self._offloading.discard(segment_id)
 
@@ -334,7 +338,9 @@ class ManagedLedger:
                 "its local copy can be offloaded"
             )
 
-    async def _offload(self, tier: Tier, segment_id: int) -> SegmentInfo:
+    async def _offload(
+        self, tier: Tier, segment_id: int, value_schema: ValueSchema | None
+    ) -> SegmentInfo:
         info = self._segment(segment_id)
         assert info is not None
         attempt = attempts.new_attempt()
@@ -346,22 +352,24 @@ class ManagedLedger:
         )
         try:
             entries = await self._entries_of(info)
-            manifest = await asyncio.to_thread(
-                tier.offloader.offload, self.name, info, entries, attempt
+            manifest, rows = await asyncio.to_thread(
+                tier.offloader.offload_table, self.name, info, entries, attempt
             )
+            details: dict[str, Any] = {
+                "attempts": recorded,
+                "key": manifest.object_key,
+                "sha256": manifest.sha256,
+                "rows": manifest.row_count,
+                "size": manifest.size,
+                "offloadedMs": manifest.offloaded_ms,
+                "store": tier.store.url,
+            }
+            if tier.iceberg is not None:
+                details["iceberg"] = await table_commits.commit(
+                    self, tier, info, attempt, rows, value_schema, details
+                )
             return await self.storage.update_segment(
-                self.name,
-                segment_id,
-                state=SegmentState.OFFLOADED,
-                offload={
-                    "attempts": recorded,
-                    "key": manifest.object_key,
-                    "sha256": manifest.sha256,
-                    "rows": manifest.row_count,
-                    "size": manifest.size,
-                    "offloadedMs": manifest.offloaded_ms,
-                    "store": tier.store.url,
-                },
+                self.name, segment_id, state=SegmentState.OFFLOADED, offload=details
             )
         except BaseException:
             await self._abandon_offload(segment_id, recorded)
@@ -370,7 +378,15 @@ class ManagedLedger:
     async def _abandon_offload(self, segment_id: int, recorded: list[str]) -> None:
         """Back to CLOSED (the local copy is the truth again), then delete what the attempt
         wrote. If the record cannot be written, recovery reverts it at the next start; if
-        the objects cannot be deleted, the attempt stays recorded for clean_abandoned."""
+        the objects cannot be deleted, the attempt stays recorded for clean_abandoned. If the
+        Iceberg table cannot be checked, the record keeps its intent for the next open."""
+        if self.tier is not None and not await table_commits.undo(self, self.tier, segment_id):
+            info = self._segment(segment_id)
+            with contextlib.suppress(MagnetarError):
+                await self.storage.update_segment(
+                    self.name, segment_id, state=SegmentState.CLOSED, offload=info and info.offload
+                )
+            return
         try:
             await self.storage.update_segment(
                 self.name, segment_id, state=SegmentState.CLOSED, offload={"attempts": recorded}
@@ -389,6 +405,10 @@ class ManagedLedger:
         """
         cleaned = 0
         for info in self.segments():
+            if self.tier is not None and table_commits.pending(info):
+                settled = await table_commits.reconcile(self, self.tier, info)
+                if settled is None:
+                    continue  # the table cannot tell now: keep every object of the segment
             cleaned += await self._clean_segment(info.segment_id)
         return cleaned
 
@@ -441,6 +461,8 @@ class ManagedLedger:
         Durable when this returns for the records: readers positioned in a deleted segment
         get OffsetOutOfRangeError. An object whose deletion fails is logged and left.
         """
+        if self.tier is not None:
+            await table_commits.remove_trimmed(self, self.tier, before)
         deleted = await self.storage.trim(self.name, before)
         if self.tier is not None:
             for seg in deleted:
@@ -454,6 +476,7 @@ class ManagedLedger:
         Durable when this returns; the ledger is not usable afterwards. An object whose
         deletion fails is logged and left."""
         if self.tier is not None:
+            await table_commits.remove_all(self, self.tier)
             for seg in self.segments():
                 await self._delete_objects(self.tier, seg)
         if self.storage.has_partition(self.name):
@@ -488,9 +511,9 @@ class ManagedLedger:
         """This broker stops writing the partition (it lost ownership); see LedgerStorage."""
         self.storage.release(self.name)
 
-    async def check(self, *, repair: bool = False) -> list[dict[str, Any]]:
+    async def check(self) -> list[dict[str, Any]]:
         """Verify every stored entry of this partition (see LedgerStorage.check)."""
-        return await self.storage.check(self.name, repair=repair)
+        return await self.storage.check(self.name)
 
     def damaged(self) -> dict[int, str]:
         return self.storage.damaged(self.name)

@@ -41,3 +41,11 @@ class UnsupportedEntryFormatError(TierError):
     not match). The segment stays local; offloading it cannot succeed until that changes."""
 
     code = "tier.unsupported_format"
+
+
+class IcebergCommitError(TierError):
+    """The Iceberg catalog refused or could not take a commit (another writer kept winning,
+    or it could not be reached). The segment stays local; the next offload retries."""
+
+    code = "tier.iceberg_commit_failed"
+    retriable = True

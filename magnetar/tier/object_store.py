@@ -220,6 +220,11 @@ class S3ObjectStore(ObjectStore):
         super().__init__(pafs.SubTreeFileSystem(base, s3), f"s3://{base}")
         self.bucket = bucket
         self.s3 = s3
+        # what another S3 client of the same store needs (the Iceberg catalog's FileIO)
+        self.endpoint = endpoint or ""
+        self.region = str(options["region"])
+        self.access_key = key or ""
+        self.secret_key = secret or ""
 
 
 def open_object_store(url: str) -> ObjectStore:

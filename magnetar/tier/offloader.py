@@ -89,8 +89,14 @@ class Offloader:
     def offload(
         self, partition: str, info: SegmentInfo, entries: Iterable[Entry], attempt: str
     ) -> Manifest:
+        """:meth:`offload_table` without the rows."""
+        return self.offload_table(partition, info, entries, attempt)[0]
+
+    def offload_table(
+        self, partition: str, info: SegmentInfo, entries: Iterable[Entry], attempt: str
+    ) -> tuple[Manifest, pa.Table]:
         """Write, read back and verify under ``attempt``'s prefix; returns the manifest
-        (already stored).
+        (already stored) and the rows written (what the Iceberg table is made from).
 
         When this returns, the object and its manifest are durable in the store and the
         object was read back whole (checksum and row count match). When it raises
@@ -126,7 +132,7 @@ class Offloader:
         self.store.put(key, data)
         self.verify(manifest)
         self.store.put(manifest_key(key), manifest.to_bytes())
-        return manifest
+        return manifest, table
 
     def _parquet(self, table: pa.Table) -> bytes:
         """Row groups of about ``row_group_rows`` rows, never splitting an entry."""

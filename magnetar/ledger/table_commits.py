@@ -1,0 +1,194 @@
+"""Offloaded segments committed to the topic's Iceberg table, exactly once.
+
+The order, each step durable before the next::
+
+    1. the tier's object is written and verified (the OFFLOADED rule), then the segment's
+       Iceberg data files are written under the same attempt's prefix;
+    2. the *intent* is recorded in the segment record: ``offload["iceberg"]`` names the
+       attempt and its files, ``committed: false`` (state still OFFLOADING);
+    3. one append snapshot registers the files (its summary names segment and offsets);
+    4. the segment is marked OFFLOADED with ``committed: true`` and the snapshot id.
+
+A crash between 2 and 4 leaves a CLOSED segment (recovery reverts OFFLOADING) with an intent.
+When its ledger opens, :func:`reconcile` asks the table: if it references every file of the
+intent, the commit happened and the segment is marked OFFLOADED (its object was verified in
+step 1), so it is offloaded once; if it references none, the intent is dropped and the
+attempt's objects are deleted as any abandoned attempt's. Either way no data file is in the
+table twice and none it references is missing. Retention removes a segment's files from the
+table (an overwrite snapshot) before the segment record and its objects are deleted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from magnetar.storage import SegmentInfo, SegmentState
+from magnetar.tier import SegmentFiles, Tier, ValueSchema, attempt_prefix
+from magnetar.tier.iceberg import identifier
+
+if TYPE_CHECKING:
+    from magnetar.ledger.managed_ledger import ManagedLedger
+
+log = logging.getLogger(__name__)
+
+
+def intent_of(info: SegmentInfo) -> dict[str, Any] | None:
+    found = (info.offload or {}).get("iceberg")
+    return dict(found) if isinstance(found, dict) else None
+
+
+def pending(info: SegmentInfo) -> bool:
+    """True for a CLOSED segment whose record holds an intent never marked committed."""
+    intent = intent_of(info)
+    return intent is not None and not intent.get("committed") and info.state is SegmentState.CLOSED
+
+
+def files_of(partition: str, info: SegmentInfo) -> SegmentFiles | None:
+    """The data files the segment record says were written (committed or only intended)."""
+    intent = intent_of(info)
+    if intent is None:
+        return None
+    return SegmentFiles(
+        partition,
+        info.segment_id,
+        info.first_offset,
+        info.last_offset,
+        str(intent["attempt"]),
+        tuple(str(k) for k in intent.get("files", [])),
+    )
+
+
+async def commit(
+    ledger: ManagedLedger,
+    tier: Tier,
+    info: SegmentInfo,
+    attempt: str,
+    rows: pa.Table,
+    value_schema: ValueSchema | None,
+    details: dict[str, Any],
+) -> dict[str, Any]:
+    """Steps 1–3 for a verified segment; returns the ``offload["iceberg"]`` record of step 4.
+    On failure the caller abandons the attempt (:func:`undo` first)."""
+    assert tier.iceberg is not None
+    keys = await asyncio.to_thread(
+        tier.iceberg.write_files,
+        ledger.name,
+        info.segment_id,
+        attempt_prefix(ledger.name, info.segment_id, attempt),
+        rows,
+        value_schema,
+    )
+    intent = {"attempt": attempt, "files": keys, "committed": False}
+    await ledger.storage.update_segment(
+        ledger.name, info.segment_id, offload={**details, "iceberg": intent}
+    )
+    files = files_of(ledger.name, dataclasses.replace(info, offload={"iceberg": intent}))
+    assert files is not None
+    snapshot = await asyncio.to_thread(tier.iceberg.commit, files)
+    return {
+        **intent,
+        "committed": True,
+        "snapshot": snapshot,
+        "table": ".".join(identifier(ledger.name)),
+    }
+
+
+async def undo(ledger: ManagedLedger, tier: Tier, segment_id: int) -> bool:
+    """Make sure the table does not reference what a failed attempt of the segment wrote
+    (its commit may have happened before the failure). False when that cannot be known
+    now (the catalog is down): the intent must then stay recorded for :func:`reconcile`."""
+    info = ledger._segment(segment_id)
+    files = files_of(ledger.name, info) if info is not None else None
+    if files is None or not files.keys:
+        return True
+    if tier.iceberg is None:
+        return False
+    try:
+        await asyncio.to_thread(tier.iceberg.remove, [files], "abandon")
+    except Exception as e:  # the catalog's own errors are not MagnetarErrors
+        log.warning("cannot check %s's table for an abandoned offload: %s", ledger.name, e)
+        return False
+    return True
+
+
+async def reconcile(ledger: ManagedLedger, tier: Tier, info: SegmentInfo) -> SegmentInfo | None:
+    """At open: settle a CLOSED segment's uncommitted intent against the table. Returns
+    the new record (OFFLOADED, or CLOSED without the intent), or None when the catalog
+    cannot answer now (nothing changes; the attempt's objects are kept)."""
+    files = files_of(ledger.name, info)
+    if files is None or info.state is not SegmentState.CLOSED or tier.iceberg is None:
+        return None
+    try:
+        present = await asyncio.to_thread(tier.iceberg.referenced, files)
+        uris = {tier.iceberg.uri(k) for k in files.keys}
+        offload = dict(info.offload or {})
+        if files.keys and present == uris and offload.get("key"):
+            snapshot = await asyncio.to_thread(tier.iceberg.commit, files)  # adds nothing
+            offload["iceberg"] = {
+                **offload["iceberg"],
+                "committed": True,
+                "snapshot": snapshot,
+                "table": ".".join(identifier(ledger.name)),
+            }
+            log.info(
+                "segment %s of %s: Iceberg commit found, OFFLOADED", info.segment_id, ledger.name
+            )
+            return await ledger.storage.update_segment(
+                ledger.name, info.segment_id, state=SegmentState.OFFLOADED, offload=offload
+            )
+        if present:
+            await asyncio.to_thread(tier.iceberg.remove, [files], "abandon")
+    except Exception as e:
+        log.warning(
+            "cannot reconcile segment %s of %s with its table: %s", info.segment_id, ledger.name, e
+        )
+        return None
+    offload.pop("iceberg", None)
+    for name in ("key", "sha256", "rows", "size", "offloadedMs", "store"):
+        offload.pop(name, None)  # the object of an attempt that did not finish
+    return await ledger.storage.update_segment(
+        ledger.name, info.segment_id, offload=offload or None
+    )
+
+
+async def remove_trimmed(ledger: ManagedLedger, tier: Tier, before: int) -> None:
+    """Before retention trims the segments wholly before ``before``: their files leave the
+    table (one overwrite snapshot). Raises if the catalog cannot take it: nothing is
+    trimmed then, so the table never references a deleted file."""
+    if tier.iceberg is None:
+        return
+    doomed = []
+    for seg in ledger.segments()[:-1]:
+        if seg.end_offset > before or seg.state in (SegmentState.OPEN, SegmentState.OFFLOADING):
+            break
+        files = files_of(ledger.name, seg)
+        if files is not None and files.keys:
+            doomed.append(files)
+    if doomed:
+        await asyncio.to_thread(tier.iceberg.remove, doomed, "retention")
+
+
+async def remove_all(ledger: ManagedLedger, tier: Tier) -> None:
+    """Before the whole ledger is deleted: its files leave the table."""
+    if tier.iceberg is None:
+        return
+    doomed = [f for s in ledger.segments() if (f := files_of(ledger.name, s)) and f.keys]
+    if doomed:
+        await asyncio.to_thread(tier.iceberg.remove, doomed, "delete")
+
+
+__all__ = [
+    "commit",
+    "files_of",
+    "intent_of",
+    "pending",
+    "reconcile",
+    "remove_all",
+    "remove_trimmed",
+    "undo",
+]

@@ -1,0 +1,160 @@
+"""The rows of a topic's Iceberg table, built from the tier's Parquet layout.
+
+Envelope columns (every table)::
+
+    __offset long, __partition int, __publish_time timestamptz, __event_time timestamptz,
+    __key string, __properties map<string,string>, __producer string, __sequence_id long
+
+then, when the topic has a JSON or AVRO record schema, one typed column per field of the
+schema (nested records as structs, arrays as lists), else ``value binary``. The fields are
+the union of every schema version, in version order, so a field added by a later version
+(optional, as Pulsar's compatibility rules require) is a column added at the end: the
+Iceberg schema update that follows the topic's.
+
+Values are decoded per row with the schema version the producer wrote them with (AVRO's
+writer schema; JSON needs none). A value that does not decode, or does not fit the column
+types, leaves every typed column of its row null: the envelope, and the tier's own copy of
+the original bytes, are still there.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from magnetar.tier.rows import decode_json, record_type
+
+TS = pa.timestamp("us", tz="UTC")
+ENVELOPE = [
+    pa.field("__offset", pa.int64(), nullable=False),
+    pa.field("__partition", pa.int32(), nullable=False),
+    pa.field("__publish_time", TS),
+    pa.field("__event_time", TS),
+    pa.field("__key", pa.string()),
+    pa.field("__properties", pa.map_(pa.string(), pa.string())),
+    pa.field("__producer", pa.string()),
+    pa.field("__sequence_id", pa.int64()),
+]
+_FROM_LAYOUT = {
+    "__offset": "offset",
+    "__publish_time": "publish_time",
+    "__event_time": "event_time",
+    "__key": "key",
+    "__properties": "properties",
+    "__producer": "producer_name",
+    "__sequence_id": "sequence_id",
+}
+VALUE = pa.field("value", pa.binary())
+RECORD_SCHEMAS = ("JSON", "AVRO")
+DAY_MICROS = 86_400_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class ValueSchema:
+    """A topic's value schema: its type (``JSON``, ``AVRO``, …) and every version's
+    definition (the Avro-style record, parsed), oldest first."""
+
+    type: str
+    versions: tuple[Any, ...]
+
+    @property
+    def record(self) -> pa.StructType | None:
+        """The union of every version's fields as one struct, or None when the values stay
+        binary (no record schema, or a type this mapping does not cover)."""
+        if self.type not in RECORD_SCHEMAS or not self.versions:
+            return None
+        fields: dict[str, pa.Field] = {}
+        for definition in self.versions:
+            mapped = record_type(definition)
+            if mapped is None:
+                return None
+            for f in mapped[0]:
+                if f.name.startswith("__"):
+                    return None  # would shadow an envelope column
+                fields[f.name] = f  # a later version may widen a type (int → long)
+        return pa.struct(list(fields.values()))
+
+
+def table_schema(value_schema: ValueSchema | None) -> pa.Schema:
+    """The Arrow schema of a topic's Iceberg rows."""
+    record = value_schema.record if value_schema is not None else None
+    typed = list(record) if record is not None else [VALUE]
+    return pa.schema([*ENVELOPE, *typed])
+
+
+def to_table_rows(layout: pa.Table, partition: int, value_schema: ValueSchema | None) -> pa.Table:
+    """Rows of the tier's Parquet layout → rows of the topic's Iceberg table."""
+    schema = table_schema(value_schema)
+    record = value_schema.record if value_schema is not None else None
+    arrays: list[pa.Array | pa.ChunkedArray] = []
+    for field in ENVELOPE:
+        if field.name == "__partition":
+            arrays.append(pa.repeat(pa.scalar(partition, pa.int32()), layout.num_rows))
+        else:
+            arrays.append(layout.column(_FROM_LAYOUT[field.name]))
+    if record is None:
+        arrays.append(layout.column("value"))
+    else:
+        assert value_schema is not None
+        values = _decode(layout, value_schema, record)
+        arrays.extend(values.flatten())
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _decode(layout: pa.Table, value_schema: ValueSchema, record: pa.StructType) -> pa.StructArray:
+    raw = layout.column("value").to_pylist()
+    if value_schema.type == "JSON":
+        decoded: pa.Array = decode_json(raw, record)
+    else:
+        versions = layout.column("schema_version").to_pylist()
+        decoded = _decode_avro(raw, versions, value_schema.versions, record)
+    assert isinstance(decoded, pa.StructArray)
+    return decoded
+
+
+def _decode_avro(
+    raw: Sequence[bytes | None],
+    versions: Sequence[int | None],
+    definitions: Sequence[Any],
+    record: pa.StructType,
+) -> pa.Array:
+    import fastavro  # a dependency already (the console decodes AVRO topics)
+
+    parsed: dict[int, Any] = {}
+    names = [f.name for f in record]
+    rows: list[dict[str, Any] | None] = []
+    latest = len(definitions) - 1
+    for value, version in zip(raw, versions, strict=True):
+        v = latest if version is None or not 0 <= version <= latest else version
+        if v not in parsed:
+            parsed[v] = fastavro.parse_schema(definitions[v])
+        try:
+            obj = fastavro.schemaless_reader(io.BytesIO(value or b""), parsed[v], None)
+        except Exception:  # a value that is not what its schema says: typed columns null
+            obj = None
+        rows.append({k: obj.get(k) for k in names} if isinstance(obj, dict) else None)
+    try:
+        return pa.array(rows, type=record)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        return decode_json([None if r is None else json.dumps(r).encode() for r in rows], record)
+
+
+def split_by_day(rows: pa.Table) -> list[tuple[int, pa.Table]]:
+    """``rows`` cut into one table per UTC day of ``__publish_time`` (days since 1970),
+    each in offset order: a data file of a ``day(__publish_time)`` table lies in one day."""
+    micros = rows.column("__publish_time").cast(pa.int64())
+    days = pc.divide(
+        pc.subtract(micros, pc.if_else(pc.less(micros, 0), DAY_MICROS - 1, 0)), DAY_MICROS
+    )
+    if rows.num_rows == 0:
+        return []
+    out = []
+    for day in pc.unique(days).to_pylist():
+        out.append((int(day), rows.filter(pc.equal(days, day))))
+    return sorted(out, key=lambda item: item[0])

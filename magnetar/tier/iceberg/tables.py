@@ -1,0 +1,401 @@
+"""Every topic is also an Iceberg table: its offloaded segments, registered in a catalog.
+
+The catalog is pyiceberg's SQL catalog on SQLite in the data directory (the default), or an
+Iceberg REST catalog. The warehouse is the tier's object store (``<tier>/iceberg``); the
+table of ``tenant/ns/topic`` is ``tenant.ns.topic`` at ``<tier>/iceberg/tenant/ns/topic``,
+one table for all partitions of a partitioned topic (``__partition``).
+
+A segment's data files are written under its offload attempt's prefix in the object store
+(``<partition>/<segment>/<attempt>/iceberg-<day>.pq``, one per UTC day of publish time)
+and registered with ``add_files`` in one append snapshot whose summary names the segment
+and its offsets (``magnetar.segments``). So what an attempt wrote is found and deleted by
+its id like the tier's own objects, and a reader can tell which offsets a snapshot added.
+The files are Iceberg's, beside the tier's Parquet object rather than that object itself:
+the tier's layout keeps the bytes that rebuild the original entries (batches, compression,
+Kafka record batches), the table holds typed columns, and neither can be the other.
+
+Calls block (catalog and object store I/O): run them on a worker thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from magnetar.core.names import TopicName
+from magnetar.tier.errors import IcebergCommitError, TierError
+from magnetar.tier.iceberg.columns import ValueSchema, split_by_day, table_schema, to_table_rows
+from magnetar.tier.object_store import ObjectStore, S3ObjectStore
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.table import Table
+
+CATALOG_KINDS = ("sqlite", "rest", "none")
+SEGMENTS_PROPERTY = "magnetar.segments"
+OPERATION_PROPERTY = "magnetar.operation"
+COMMIT_TRIES = 20
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentFiles:
+    """A segment's data files (object keys) as one commit adds or removes them."""
+
+    partition: str  # the partition's path, tenant/ns/local
+    segment_id: int
+    first_offset: int
+    last_offset: int
+    attempt: str
+    keys: tuple[str, ...]
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "partition": self.partition,
+            "segment": self.segment_id,
+            "firstOffset": self.first_offset,
+            "lastOffset": self.last_offset,
+            "attempt": self.attempt,
+            "files": len(self.keys),
+        }
+
+
+def identifier(partition: str) -> tuple[str, str, str]:
+    """``(tenant, namespace, topic)`` of a partition's table (the topic without
+    ``-partition-N``)."""
+    name = TopicName.parse(partition)
+    return name.tenant, name.namespace, name.base_local
+
+
+def partition_index(partition: str) -> int:
+    """The ``__partition`` value of a partition's rows (0 for a non-partitioned topic, as
+    Kafka numbers it)."""
+    return max(TopicName.parse(partition).partition, 0)
+
+
+def _pyiceberg() -> Any:
+    try:
+        import pyiceberg.catalog
+    except ImportError:  # pragma: no cover - a dependency; the hint is for broken installs
+        raise TierError(
+            "pyiceberg is not installed: pip install 'pyiceberg[sql-sqlite,pyarrow]' or set "
+            "--iceberg-catalog none"
+        ) from None
+    return pyiceberg.catalog
+
+
+class IcebergTables:
+    """The Iceberg tables of one node's topics. Blocking: call from worker threads."""
+
+    def __init__(self, store: ObjectStore, kind: str, url: str) -> None:
+        if kind not in ("sqlite", "rest"):
+            raise TierError(f"unknown Iceberg catalog {kind!r}: use sqlite or rest")
+        self.store = store
+        self.kind = kind
+        self.url = url
+        self.warehouse = f"{store.url}/iceberg"
+        self._catalog: Catalog | None = None
+        self._lock = threading.Lock()  # one commit at a time from this process
+
+    @classmethod
+    def open(cls, store: ObjectStore, kind: str, url: str) -> IcebergTables:
+        """The tables in a catalog of ``kind`` (``sqlite``: ``url`` is an SQLAlchemy SQLite
+        URL; ``rest``: the REST catalog's URI) with ``store`` as warehouse. The catalog is
+        reached on first use (pyiceberg is imported then, not at start)."""
+        return cls(store, kind, url)
+
+    @property
+    def catalog(self) -> Catalog:
+        """The pyiceberg catalog (what an outside reader opens with the same properties)."""
+        with self._lock:
+            if self._catalog is None:
+                self._catalog = self._connect()
+            return self._catalog
+
+    def _connect(self) -> Catalog:
+        catalogs = _pyiceberg()
+        props = self.catalog_properties()
+        if self.kind == "sqlite":
+            from pyiceberg.catalog.sql import SqlCatalog
+
+            return SqlCatalog("magnetar", **props)
+        catalog: Catalog = catalogs.load_catalog("magnetar", **props)
+        return catalog
+
+    def catalog_properties(self) -> dict[str, str]:
+        """Properties that open this catalog in pyiceberg (``load_catalog(name, **these)``)."""
+        kind = {"sqlite": "sql", "rest": "rest"}[self.kind]
+        return {"type": kind, "uri": self.url, "warehouse": self.warehouse} | file_io_properties(
+            self.store
+        )
+
+    def _catalog_now(self) -> Catalog:
+        assert self._catalog is not None
+        return self._catalog
+
+    def uri(self, key: str) -> str:
+        return f"{self.store.url}/{key}"
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def write_files(
+        self,
+        partition: str,
+        segment_id: int,
+        attempt_prefix: str,
+        layout: pa.Table,
+        value_schema: ValueSchema | None,
+    ) -> list[str]:
+        """Write the table's data files for one segment (rows in the tier's Parquet layout)
+        under ``attempt_prefix``; returns their keys. Durable when this returns; nothing is
+        registered yet. The table is created, or its schema widened, first."""
+        rows = to_table_rows(layout, partition_index(partition), value_schema)
+        self.ensure_table(partition, rows.schema)
+        keys = []
+        for day, part in split_by_day(rows):
+            # not "*.parquet": that suffix marks the tier's own segment objects
+            key = f"{attempt_prefix}/iceberg-{day:06d}.pq"
+            sink = io.BytesIO()
+            pq.write_table(part, sink, compression="zstd", write_statistics=True)
+            self.store.put(key, sink.getvalue())
+            keys.append(key)
+        return keys
+
+    def ensure_table(self, partition: str, schema: pa.Schema) -> Table:
+        """The partition's table, created (partitioned by ``day(__publish_time)``) or with
+        the columns of ``schema`` it lacks added (Iceberg schema update, by name)."""
+        ident = identifier(partition)
+        table = self._load_or_create(ident, schema)
+        missing = [f for f in schema if f.name not in _names(table)]
+        widened = _widened(table, schema)
+        if missing or widened:
+            for _ in range(COMMIT_TRIES):
+                try:
+                    with table.update_schema() as update:
+                        update.union_by_name(schema)
+                    break
+                except _commit_failed():
+                    table = self.catalog.load_table(ident)
+        return table
+
+    def _load_or_create(self, ident: tuple[str, str, str], schema: pa.Schema) -> Table:
+        from pyiceberg.exceptions import (
+            NamespaceAlreadyExistsError,
+            NoSuchTableError,
+            TableAlreadyExistsError,
+        )
+        from pyiceberg.transforms import DayTransform
+
+        try:
+            return self.catalog.load_table(ident)
+        except NoSuchTableError:
+            pass
+        with contextlib.suppress(NamespaceAlreadyExistsError):
+            self.catalog.create_namespace(ident[:2])
+        location = f"{self.warehouse}/{'/'.join(ident)}"
+        with contextlib.suppress(TableAlreadyExistsError):
+            self.catalog.create_table(ident, schema=schema, location=location)
+        table = self.catalog.load_table(ident)
+        for _ in range(COMMIT_TRIES):
+            if table.spec().fields:
+                break
+            try:
+                with table.update_spec() as spec:
+                    spec.add_field("__publish_time", DayTransform(), "__publish_time_day")
+            except _commit_failed():
+                table = self.catalog.load_table(ident)
+        return self.catalog.load_table(ident)
+
+    def commit(self, files: SegmentFiles) -> int:
+        """Register ``files`` in one append snapshot; returns its id. Idempotent: if the
+        table already references them all (a commit whose answer was lost), returns the
+        current snapshot and adds nothing — no data file is ever added twice.
+
+        Raises IcebergCommitError when the catalog keeps refusing (another writer wins
+        every try) or cannot be reached; the files may then be registered or not: ask
+        :meth:`referenced` before deleting them."""
+        ident = identifier(files.partition)
+        uris = [self.uri(k) for k in files.keys]
+        props = {
+            SEGMENTS_PROPERTY: json.dumps([files.summary()]),
+            OPERATION_PROPERTY: "offload",
+        }
+        catalog = self.catalog
+        with self._lock:
+            for _ in range(COMMIT_TRIES):
+                table = catalog.load_table(ident)
+                present = self._referenced(table, files)
+                if present == set(uris):
+                    return _snapshot_id(table)
+                if present:
+                    raise IcebergCommitError(
+                        f"{ident}: {len(present)} of segment {files.segment_id}'s data files "
+                        "are in the table and the others are not; not adding any twice"
+                    )
+                try:
+                    table.add_files(uris, snapshot_properties=props)
+                except _commit_failed():
+                    time.sleep(0.01)
+                    continue
+                except (OSError, ValueError) as e:
+                    raise IcebergCommitError(f"cannot commit to {ident}: {e}") from None
+                return _snapshot_id(catalog.load_table(ident))
+        raise IcebergCommitError(f"{ident}: {COMMIT_TRIES} commits lost to other writers")
+
+    def referenced(self, files: SegmentFiles) -> set[str]:
+        """Which of ``files`` (as URIs) the table's current snapshot references."""
+        from pyiceberg.exceptions import NoSuchTableError
+
+        try:
+            table = self.catalog.load_table(identifier(files.partition))
+        except NoSuchTableError:
+            return set()
+        return self._referenced(table, files)
+
+    def _referenced(self, table: Table, files: SegmentFiles) -> set[str]:
+        wanted = {self.uri(k) for k in files.keys}
+        return {f.file_path for f in self._data_files(table, files) if f.file_path in wanted}
+
+    @staticmethod
+    def _data_files(table: Table, files: SegmentFiles) -> list[Any]:
+        """Data files that may hold ``files``' offsets (pruned by partition and offsets)."""
+        if table.current_snapshot() is None:
+            return []
+        where = (
+            f"__partition = {partition_index(files.partition)} AND "
+            f"__offset >= {files.first_offset} AND __offset <= {files.last_offset}"
+        )
+        return [task.file for task in table.scan(row_filter=where).plan_files()]
+
+    def remove(self, segments: Iterable[SegmentFiles], operation: str = "retention") -> None:
+        """Remove the segments' data files from their tables, one overwrite snapshot per
+        table whose summary names them. Durable when this returns: the table no longer
+        references them and the objects may be deleted. Files not referenced are skipped."""
+        by_table: dict[tuple[str, str, str], list[SegmentFiles]] = {}
+        for seg in segments:
+            by_table.setdefault(identifier(seg.partition), []).append(seg)
+        self.catalog  # noqa: B018 - connect before taking the lock
+        with self._lock:
+            for ident, segs in by_table.items():
+                self._remove(ident, segs, operation)
+
+    def _remove(
+        self, ident: tuple[str, str, str], segs: list[SegmentFiles], operation: str
+    ) -> None:
+        from pyiceberg.exceptions import NoSuchTableError
+
+        props = {
+            SEGMENTS_PROPERTY: json.dumps([s.summary() for s in segs]),
+            OPERATION_PROPERTY: operation,
+        }
+        for _ in range(COMMIT_TRIES):
+            try:
+                table = self._catalog_now().load_table(ident)
+            except NoSuchTableError:
+                return
+            doomed = [
+                f
+                for seg in segs
+                for f in self._data_files(table, seg)
+                if f.file_path in {self.uri(k) for k in seg.keys}
+            ]
+            if not doomed:
+                return
+            try:
+                with (
+                    table.transaction() as tx,
+                    tx.update_snapshot(snapshot_properties=props).overwrite() as change,
+                ):
+                    for data_file in doomed:
+                        change.delete_data_file(data_file)
+                return
+            except _commit_failed():
+                time.sleep(0.01)
+        raise IcebergCommitError(f"{ident}: {COMMIT_TRIES} commits lost to other writers")
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def describe(self, topic: str) -> dict[str, Any] | None:
+        """The table of ``topic`` (a topic or partition path): identifier, location, current
+        snapshot, schema; None when it does not exist yet."""
+        from pyiceberg.exceptions import NoSuchTableError
+
+        ident = identifier(topic)
+        try:
+            table = self.catalog.load_table(ident)
+        except NoSuchTableError:
+            return None
+        snap = table.current_snapshot()
+        return {
+            "table": ".".join(ident),
+            "catalog": self.kind,
+            "location": table.location(),
+            "metadataLocation": table.metadata_location,
+            "currentSnapshot": None
+            if snap is None
+            else {
+                "id": snap.snapshot_id,
+                "timestampMs": snap.timestamp_ms,
+                "operation": snap.summary.operation.value if snap.summary else None,
+                "summary": dict(snap.summary.additional_properties) if snap.summary else {},
+            },
+            "snapshots": len(table.snapshots()),
+            "schema": [{"name": f.name, "type": str(f.field_type)} for f in table.schema().fields],
+            "partitionSpec": [str(f) for f in table.spec().fields],
+        }
+
+
+def file_io_properties(store: ObjectStore) -> dict[str, str]:
+    """What pyiceberg's FileIO needs to read and write the store (S3 endpoint and keys)."""
+    if not isinstance(store, S3ObjectStore):
+        return {}
+    props = {"s3.region": store.region}
+    if store.endpoint:
+        props["s3.endpoint"] = store.endpoint
+    if store.access_key and store.secret_key:
+        props["s3.access-key-id"] = store.access_key
+        props["s3.secret-access-key"] = store.secret_key
+    return props
+
+
+def _names(table: Table) -> set[str]:
+    return {f.name for f in table.schema().fields}
+
+
+def _widened(table: Table, schema: pa.Schema) -> bool:
+    """True when ``schema`` has an int column the table holds as… int still (int → long)."""
+    from pyiceberg.types import IntegerType
+
+    current = {f.name: f.field_type for f in table.schema().fields}
+    return any(
+        pa.types.is_int64(f.type) and isinstance(current.get(f.name), IntegerType) for f in schema
+    )
+
+
+def _snapshot_id(table: Table) -> int:
+    snap = table.current_snapshot()
+    return -1 if snap is None else int(snap.snapshot_id)
+
+
+def _commit_failed() -> type[Exception]:
+    from pyiceberg.exceptions import CommitFailedException
+
+    return CommitFailedException
+
+
+__all__ = [
+    "CATALOG_KINDS",
+    "IcebergTables",
+    "SegmentFiles",
+    "ValueSchema",
+    "identifier",
+    "table_schema",
+]

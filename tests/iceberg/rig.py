@@ -1,0 +1,155 @@
+"""What the Iceberg tests share: a storage engine + managed ledger whose tier has an
+embedded SQLite catalog, entries with JSON values, and reading a table back with pyiceberg."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from magnetar.core import formats
+from magnetar.core.config import Settings
+from magnetar.ledger import ManagedLedger
+from magnetar.meta import MetadataStore, open_metadata_store
+from magnetar.protocols.pulsar._proto import pulsar_api_pb2 as pb
+from magnetar.protocols.pulsar.batch import BatchedMessage, build_batch
+from magnetar.protocols.pulsar.frames import pack_payload
+from magnetar.storage import SegmentInfo, SegmentState, StorageEngine
+from magnetar.tier import IcebergTables, ObjectStore, Tier, ValueSchema
+from tests.tier.rig import rig_settings
+
+PARTITION = "public/default/orders"
+ORDER_V1 = {
+    "type": "record",
+    "name": "Order",
+    "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "item", "type": "string"},
+        {
+            "name": "ship",
+            "type": {
+                "type": "record",
+                "name": "Ship",
+                "fields": [{"name": "city", "type": "string"}, {"name": "zip", "type": "int"}],
+            },
+        },
+    ],
+}
+ORDER_V2 = {
+    **ORDER_V1,
+    "fields": [*ORDER_V1["fields"], {"name": "note", "type": ["null", "string"], "default": None}],
+}
+
+
+def order(i: int, *, note: bool = False) -> dict[str, Any]:
+    value: dict[str, Any] = {
+        "id": i,
+        "item": f"item-{i}",
+        "ship": {"city": f"c{i % 3}", "zip": 1000 + i},
+    }
+    if note:
+        value["note"] = f"note-{i}"
+    return value
+
+
+@dataclass
+class IcebergRig:
+    settings: Settings
+    meta: MetadataStore
+    engine: StorageEngine
+    tier: Tier
+    ledger: ManagedLedger
+
+    @classmethod
+    async def open(
+        cls, root: Path, store: ObjectStore, partition: str = PARTITION, **overrides: Any
+    ) -> IcebergRig:
+        settings = rig_settings(root / "data", **overrides)
+        meta = open_metadata_store(settings.metadata)
+        engine = await StorageEngine.open(settings, meta)
+        tables = IcebergTables.open(store, "sqlite", f"sqlite:///{root / 'iceberg.db'}")
+        tier = Tier(store, row_group_rows=4, iceberg=tables)
+        ledger = await ManagedLedger.open(partition, engine, tier)
+        return cls(settings, meta, engine, tier, ledger)
+
+    async def aclose(self) -> None:
+        self.tier.close()
+        await self.engine.aclose()
+        await self.meta.aclose()
+
+    @property
+    def tables(self) -> IcebergTables:
+        assert self.tier.iceberg is not None
+        return self.tier.iceberg
+
+    def closed(self) -> list[SegmentInfo]:
+        return [s for s in self.ledger.segments() if s.state is SegmentState.CLOSED and s.local]
+
+
+def json_entry(values: Sequence[dict[str, Any]], first_seq: int, version: int | None = 0) -> bytes:
+    """A Pulsar batch of JSON values (one message unbatched when there is one value)."""
+    if len(values) == 1:
+        meta = pb.MessageMetadata(
+            producer_name="p", sequence_id=first_seq, publish_time=1, partition_key=f"k{first_seq}"
+        )
+        if version is not None:
+            meta.schema_version = version.to_bytes(8, "big")
+        return pack_payload(meta, json.dumps(values[0]).encode())
+    batch = [
+        BatchedMessage(
+            pb.SingleMessageMetadata(partition_key=f"k{first_seq + j}", sequence_id=first_seq + j),
+            json.dumps(v).encode(),
+        )
+        for j, v in enumerate(values)
+    ]
+    meta = pb.MessageMetadata(
+        producer_name="p", sequence_id=first_seq, publish_time=1, num_messages_in_batch=len(values)
+    )
+    if version is not None:
+        meta.schema_version = version.to_bytes(8, "big")
+    return pack_payload(meta, build_batch(batch))
+
+
+async def append_orders(
+    ledger: ManagedLedger,
+    first: int,
+    count: int,
+    *,
+    batch: int = 3,
+    note: bool = False,
+    version: int = 0,
+    publish_time: int = 1_700_000_000_000,
+) -> None:
+    """Orders ``first`` .. ``first + count - 1`` as batches of ``batch`` (the last maybe
+    smaller), published ``publish_time`` + 1 s per entry."""
+    i = first
+    while i < first + count:
+        values = [order(j, note=note) for j in range(i, min(i + batch, first + count))]
+        await ledger.append(
+            json_entry(values, i, version),
+            count=len(values),
+            publish_time=publish_time + (i - first) * 1000,
+            fmt=formats.PULSAR,
+        )
+        i += len(values)
+
+
+def schema(*versions: dict[str, Any]) -> ValueSchema:
+    return ValueSchema("JSON", tuple(versions))
+
+
+def read_table(tables: IcebergTables, name: str = "public.default.orders") -> pa.Table:
+    """The whole table, read the way an outside reader does, sorted by offset."""
+    table = tables.catalog.load_table(name)
+    return (
+        table.scan().to_arrow().sort_by([("__partition", "ascending"), ("__offset", "ascending")])
+    )
+
+
+def data_files(tables: IcebergTables, name: str = "public.default.orders") -> list[str]:
+    table = tables.catalog.load_table(name)
+    return sorted(task.file.file_path for task in table.scan().plan_files())

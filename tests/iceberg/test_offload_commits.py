@@ -1,0 +1,184 @@
+"""Offloaded segments become rows of the topic's Iceberg table: typed by the topic's JSON
+schema, one append snapshot per segment naming its offsets, removed by retention, widened
+by schema evolution; consumers still read the offloaded history byte for byte."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from magnetar.storage import SegmentState
+from magnetar.tier import LocalObjectStore, S3ObjectStore
+from tests.iceberg.conftest import OpenIcebergRig
+from tests.iceberg.rig import (
+    ORDER_V1,
+    ORDER_V2,
+    append_orders,
+    data_files,
+    order,
+    read_table,
+    schema,
+)
+from tests.tier.conftest import make_bucket
+from tests.tier.rig import messages, read_all
+
+
+async def offload_closed(rig, value_schema=None) -> list[int]:  # type: ignore[no-untyped-def]
+    done = []
+    for seg in rig.closed():
+        await rig.ledger.offload(seg.segment_id, value_schema=value_schema)
+        done.append(seg.segment_id)
+    return done
+
+
+async def test_offloaded_segments_are_typed_rows_of_the_topic_table(
+    open_iceberg_rig: OpenIcebergRig,
+) -> None:
+    rig = await open_iceberg_rig()
+    await append_orders(rig.ledger, 0, 40, batch=3)  # 14 entries: two closed segments of 5
+    before = messages(await read_all(rig.ledger))
+    segments = await offload_closed(rig, schema(ORDER_V1))
+    assert len(segments) == 2
+
+    rows = read_table(rig.tables)
+    offloaded = sum(
+        s.end_offset - s.first_offset
+        for s in rig.ledger.segments()
+        if s.state is SegmentState.OFFLOADED
+    )
+    assert rows.column("__offset").to_pylist() == list(range(offloaded))  # once each, contiguous
+    assert set(rows.column("__partition").to_pylist()) == {0}
+    assert rows.select(["id", "item", "ship"]).to_pylist() == [
+        {k: v for k, v in order(i).items()} for i in range(offloaded)
+    ]
+    assert rows.column("__key").to_pylist() == [f"k{i}" for i in range(offloaded)]
+    assert "value" not in rows.column_names  # typed columns instead of bytes
+    table = rig.tables.catalog.load_table("public.default.orders")
+    assert [str(f) for f in table.spec().fields] == ["1000: __publish_time_day: day(3)"]
+    summaries = [json.loads(s.summary["magnetar.segments"]) for s in table.snapshots()]
+    assert [(s[0]["segment"], s[0]["firstOffset"], s[0]["lastOffset"]) for s in summaries] == [
+        (s.segment_id, s.first_offset, s.last_offset)
+        for s in rig.ledger.segments()
+        if s.state is SegmentState.OFFLOADED
+    ]
+    for seg in rig.ledger.segments()[:2]:
+        assert seg.offload is not None and seg.offload["iceberg"]["committed"] is True
+        await rig.ledger.drop_local_copy(seg.segment_id)
+    assert messages(await read_all(rig.ledger)) == before  # the tier's history unchanged
+
+    frame = pl.scan_iceberg(table).select("__offset", "id").sort("__offset").collect()
+    assert frame["__offset"].to_list() == list(range(offloaded))
+    assert frame["id"].to_list() == list(range(offloaded))
+
+
+async def test_a_topic_without_schema_keeps_binary_values(open_iceberg_rig: OpenIcebergRig) -> None:
+    rig = await open_iceberg_rig()
+    await append_orders(rig.ledger, 0, 20, batch=1)
+    await offload_closed(rig)
+    rows = read_table(rig.tables)
+    assert rows.column("value").to_pylist() == [
+        json.dumps(order(i)).encode() for i in range(rows.num_rows)
+    ]
+
+
+async def test_schema_evolution_adds_an_optional_column(open_iceberg_rig: OpenIcebergRig) -> None:
+    rig = await open_iceberg_rig()
+    await append_orders(rig.ledger, 0, 18, batch=3)  # segment 1 closed: orders 0-14
+    assert await offload_closed(rig, schema(ORDER_V1))
+    await append_orders(rig.ledger, 18, 30, batch=3, note=True, version=1)
+    await offload_closed(rig, schema(ORDER_V1, ORDER_V2))
+    rows = read_table(rig.tables)
+    table = rig.tables.catalog.load_table("public.default.orders")
+    assert [f.name for f in table.schema().fields][-1] == "note"
+    assert len(table.schemas()) == 2
+    notes = rows.column("note").to_pylist()
+    assert notes[:18] == [None] * 18
+    assert notes[18:] == [f"note-{i}" for i in range(18, rows.num_rows)]
+    assert rows.column("__offset").to_pylist() == list(range(rows.num_rows))
+
+
+async def test_retention_removes_trimmed_segments_from_the_table(
+    open_iceberg_rig: OpenIcebergRig,
+) -> None:
+    rig = await open_iceberg_rig()
+    await append_orders(rig.ledger, 0, 45, batch=3)  # three closed segments
+    await offload_closed(rig, schema(ORDER_V1))
+    first, second = rig.ledger.segments()[:2]
+    files_before = data_files(rig.tables)
+    await rig.ledger.trim(first.end_offset)
+    rows = read_table(rig.tables)
+    assert rows.column("__offset").to_pylist()[0] == second.first_offset
+    left = data_files(rig.tables)
+    assert len(left) == len(files_before) - 1
+    for uri in left:  # every file the table references is there
+        assert Path(uri.removeprefix("file://")).exists()
+    table = rig.tables.catalog.load_table("public.default.orders")
+    snap = table.current_snapshot()
+    assert snap is not None and snap.summary is not None
+    assert snap.summary["magnetar.operation"] == "retention"
+    assert json.loads(snap.summary["magnetar.segments"])[0]["segment"] == first.segment_id
+
+
+async def test_segments_spanning_days_get_a_file_per_day(open_iceberg_rig: OpenIcebergRig) -> None:
+    rig = await open_iceberg_rig()
+    day = 86_400_000
+    await append_orders(rig.ledger, 0, 2, batch=1, publish_time=1_700_000_000_000)
+    await append_orders(rig.ledger, 2, 4, batch=1, publish_time=1_700_000_000_000 + day)
+    await offload_closed(rig)
+    assert len(data_files(rig.tables)) == 2
+    table = rig.tables.catalog.load_table("public.default.orders")
+    got = table.scan(row_filter="__offset >= 2").to_arrow()
+    assert sorted(got.column("__offset").to_pylist()) == [2, 3, 4]
+
+
+async def test_a_commit_whose_answer_was_lost_is_not_added_twice(
+    open_iceberg_rig: OpenIcebergRig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The commit happened but the offload failed after it: the table drops the files
+    again before the attempt's objects go, and the retry adds them once."""
+    rig = await open_iceberg_rig()
+    await append_orders(rig.ledger, 0, 20, batch=1)
+    seg = rig.closed()[0]
+    real = rig.tables.commit
+
+    def commit_then_fail(files):  # type: ignore[no-untyped-def]
+        real(files)
+        raise OSError("connection reset after the commit")
+
+    monkeypatch.setattr(rig.tables, "commit", commit_then_fail)
+    with pytest.raises(OSError):
+        await rig.ledger.offload(seg.segment_id)
+    assert rig.ledger.segments()[0].state is SegmentState.CLOSED
+    assert data_files(rig.tables) == []
+    monkeypatch.setattr(rig.tables, "commit", real)
+    await rig.ledger.offload(seg.segment_id)
+    rows = read_table(rig.tables)
+    assert rows.column("__offset").to_pylist() == list(range(seg.first_offset, seg.end_offset))
+
+
+async def test_the_table_lives_in_an_s3_warehouse(
+    open_iceberg_rig: OpenIcebergRig, s3_endpoint: str
+) -> None:
+    store = S3ObjectStore(make_bucket(s3_endpoint), "magnetar/tier", endpoint=s3_endpoint)
+    rig = await open_iceberg_rig(store)
+    await append_orders(rig.ledger, 0, 20, batch=2)
+    await offload_closed(rig, schema(ORDER_V1))
+    rows = read_table(rig.tables)
+    assert rows.column("id").to_pylist() == list(range(rows.num_rows))
+    assert all(f.startswith(f"{store.url}/") for f in data_files(rig.tables))
+    assert rig.tables.catalog.load_table("public.default.orders").location() == (
+        f"{store.url}/iceberg/public/default/orders"
+    )
+
+
+def test_the_local_warehouse_is_the_tier_directory(tmp_path: Path) -> None:
+    store = LocalObjectStore(tmp_path / "tier")
+    from magnetar.tier import IcebergTables
+
+    tables = IcebergTables.open(store, "sqlite", f"sqlite:///{tmp_path / 'iceberg.db'}")
+    props = tables.catalog_properties()
+    assert props["warehouse"] == f"file://{tmp_path / 'tier'}/iceberg"
+    assert props["type"] == "sql"
