@@ -220,6 +220,7 @@ class TopicAdmin:
                 for s in segments
             ],
             "damagedLedgers": sorted(damaged),
+            "compactedLedger": _compacted_ledger(topic),
             "cursors": {
                 n: {
                     "markDeletePosition": position(topic, s.cursor.mark_delete - 1),
@@ -232,13 +233,11 @@ class TopicAdmin:
             },
         }
 
-    async def check(self, name: TopicName, *, repair: bool = False) -> dict[str, Any]:
+    async def check(self, name: TopicName) -> dict[str, Any]:
         """Read and verify every stored entry of the topic (``magnetar admin topics check``):
-        ``ok``, and one row per segment with the error found in it, if any. ``repair``:
-        damaged replicas of a cluster's closed ledgers are written again from good ones
-        first, and the rows tell what is left."""
+        ``ok``, and one row per segment with the error found in it, if any."""
         topic = await self.require(name)
-        rows = await topic.ledger.check(repair=repair)
+        rows = await topic.ledger.check()
         return {"topic": str(name), "ok": not any(r["error"] for r in rows), "ledgers": rows}
 
     async def last_message_id(self, name: TopicName) -> dict[str, Any]:
@@ -339,3 +338,20 @@ def _location(local: bool, offload: dict[str, Any] | None) -> str:
 
 def _type_name(sub_type: SubType) -> str:
     return {"KEY_SHARED": "Key_Shared"}.get(sub_type.name, sub_type.name.title())
+
+
+def _compacted_ledger(topic: Topic) -> dict[str, Any]:
+    """Pulsar's compactedLedger of internal stats; ledgerId -1 before any compaction.
+    Magnetar's own: the ledger's name and the horizon (offsets below it are compacted)."""
+    view = topic.compaction.view if topic.compaction is not None else None
+    if view is None:
+        return {"ledgerId": -1, "entries": -1, "size": -1, "offloaded": False}
+    segments = view.ledger.segments()
+    return {
+        "ledgerId": segments[-1].segment_id if segments else -1,
+        "entries": view.ledger.end_offset - view.ledger.start_offset,
+        "size": sum(s.size for s in segments),
+        "offloaded": False,
+        "name": view.ledger.name,
+        "horizon": view.horizon,
+    }

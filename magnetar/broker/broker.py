@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass
 
 from magnetar.broker import policies as paths
+from magnetar.broker.compaction import TopicCompaction
 from magnetar.broker.dedup import Deduplication
 from magnetar.broker.delays import DEFAULT_TICK_MS
 from magnetar.broker.errors import (
@@ -93,6 +94,7 @@ class Broker:
             if topic.name.namespace_name == namespace:
                 await self._configure_dedup(topic)
                 await self._configure_delayed_delivery(topic)
+                await self._configure_compaction(topic)
 
     def _on_topic_policy_change(self, note: Notification) -> None:
         path = note.path.removeprefix(paths.TOPIC_POLICIES + "/")
@@ -187,6 +189,8 @@ class Broker:
         await topic.aclose()
         await self.meta.delete_recursive(topic.cursor_root)
         await self.meta.delete_recursive(f"/dedup/{name.path}")
+        if topic.compaction is not None:
+            await topic.compaction.delete()
         await topic.ledger.delete()
         await self.log_starts.delete(name)
         await self.meta.delete_recursive(paths.topic_path(name.tenant, name.namespace, name.local))
@@ -267,10 +271,13 @@ class Broker:
             new_producer_name=self.producer_names.next,
             unacked_limits=limits,
         )
+        topic.compaction = TopicCompaction(name.path, ledger, self.ledgers, self.meta)
+        await topic.compaction.load()
         await topic.load_subscriptions()
         await self._configure_dedup(topic)
         await self._configure_limits(topic)
         await self._configure_delayed_delivery(topic)
+        await self._configure_compaction(topic)
         return topic
 
     async def _configure_limits(self, topic: Topic) -> None:
@@ -282,6 +289,11 @@ class Broker:
         topic.set_delayed_delivery(
             bool(policy.get("active", True)), int(policy.get("tickTime", DEFAULT_TICK_MS))
         )
+
+    async def _configure_compaction(self, topic: Topic) -> None:
+        if topic.compaction is not None:
+            threshold = (await self.policies(topic.name)).compaction_threshold
+            topic.compaction.threshold = threshold or 0
 
     async def _configure_dedup(self, topic: Topic) -> None:
         enabled = await self.deduplication(topic.name)

@@ -54,6 +54,8 @@ class Policies:
     persistence: dict[str, int] | None = None
     # Pulsar's DelayedDeliveryPolicies {active, tickTime}: None = delayed delivery on, 1 s tick
     delayed_delivery_policies: dict[str, Any] | None = None
+    # bytes published to a topic since its last compaction that start the next (0: never)
+    compaction_threshold: int | None = None
 
     def to_bytes(self) -> bytes:
         return json.dumps(asdict(self), sort_keys=True).encode()

@@ -12,7 +12,9 @@ which is dispatched before new entries. Who gets an entry depends on the type:
   goes to one consumer while membership holds (head-of-line waits preserve key order).
 
 Shared and Key_Shared subscriptions hold entries that ask for a later delivery time
-(:mod:`delays`) and put them in the replay set when they are due.
+(:mod:`delays`) and put them in the replay set when they are due. An Exclusive or Failover
+subscription that reads compacted reads the topic's compacted view (:mod:`compaction`) below
+its horizon and the topic after it.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from magnetar.broker import formats, key_shared
+from magnetar.broker.compaction import CompactedView, TopicCompaction
 from magnetar.broker.counters import TopicCounters
 from magnetar.broker.cursor import Cursor, CursorStore
 from magnetar.broker.delays import DelayedDeliveryPolicy, DelayIndex
@@ -118,6 +121,7 @@ class Subscription:
         counters: TopicCounters | None = None,
         delayed: DelayedDeliveryPolicy | None = None,
         clock: Clock = SYSTEM_CLOCK,
+        compaction: TopicCompaction | None = None,
     ) -> None:
         self.name = name
         self.type = sub_type
@@ -149,6 +153,8 @@ class Subscription:
         self.clock = clock
         self.delays = DelayIndex()  # entries held until their deliver-at time
         self._delay_timer: asyncio.TimerHandle | None = None
+        self.compaction = compaction  # the topic's compacted view, if it may have one
+        self.read_compacted = False  # set by a consumer that asks for it (Exclusive, Failover)
 
     # -- membership ---------------------------------------------------------------------
 
@@ -441,6 +447,13 @@ class Subscription:
                     continue
                 if not self._send(entries, replay=True):
                     return
+            elif (view := self._compacted_view()) is not None:
+                budget = max(1, min(READ_BATCH, sum(max(c.permits, 0) for c in self.consumers)))
+                entries = await self._read_compacted(view, budget)
+                if epoch != self._epoch:
+                    continue
+                if entries and self._send(entries, replay=False) == 0:
+                    return
             elif self.read_position < self.ledger.end_offset:
                 budget = max(1, min(READ_BATCH, sum(max(c.permits, 0) for c in self.consumers)))
                 entries = await self.ledger.read(self.read_position, max_entries=budget)
@@ -453,6 +466,32 @@ class Subscription:
                     return
             else:
                 return
+
+    def _compacted_view(self) -> CompactedView | None:
+        """The compacted view to read now: reading compacted and below its horizon."""
+        if not self.read_compacted or self.compaction is None:
+            return None
+        view = self.compaction.view
+        return view if view is not None and self.read_position < view.horizon else None
+
+    async def _read_compacted(self, view: CompactedView, budget: int) -> list[Entry]:
+        """The next entries of the compacted view; what compaction left out between and
+        inside them is acknowledged as passed, as a reader of the view never gets it. At the
+        end of the view the read position moves to the horizon."""
+        records = await view.read(self.read_position, budget)
+        position = self.read_position
+        for record in records:
+            entry = record.entry
+            if entry.base_offset > position:
+                self.cursor.ack_range(position, entry.base_offset)
+            self.cursor.ack(entry.base_offset + i for i in record.dropped)
+            position = max(position, entry.next_offset)
+        if not records:
+            self.cursor.ack_range(position, view.horizon)
+            self.read_position = max(self.read_position, view.horizon)
+        if self.store is not None:
+            self.store.changed()
+        return [r.entry for r in records]
 
     async def _read_replay(self) -> list[Entry]:
         out, size = [], 0

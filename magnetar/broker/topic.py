@@ -9,6 +9,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from magnetar.broker.compaction import TopicCompaction
 from magnetar.broker.counters import TopicCounters
 from magnetar.broker.cursor import CursorStore
 from magnetar.broker.dedup import Deduplication
@@ -68,6 +69,7 @@ class Topic:
     unacked_limits: UnackedLimits = field(default_factory=UnackedLimits)
     counters: TopicCounters = field(default_factory=TopicCounters)  # since loaded
     delayed: DelayedDeliveryPolicy = field(default_factory=DelayedDeliveryPolicy)
+    compaction: TopicCompaction | None = None  # its compacted view and runs
     _exclusive_waiters: deque[tuple[Producer, asyncio.Future[None]]] = field(default_factory=deque)
     # Set when the topic is unloaded: publishes are refused from then on, and the unload
     # waits for those already under way before it closes the ledger (Pulsar's fencing).
@@ -95,6 +97,7 @@ class Topic:
                 limits=self.unacked_limits,
                 counters=self.counters,
                 delayed=self.delayed,
+                compaction=self.compaction,
             )
 
     # -- producers ----------------------------------------------------------------------
@@ -208,9 +211,12 @@ class Topic:
         self._publishing += 1
         self._idle.clear()
         try:
-            return await self._publish(
+            result = await self._publish(
                 producer, payload, count, sequence, publish_time, event_time, fmt
             )
+            if self.compaction is not None and result.entry is not None:
+                self.compaction.published(len(payload))
+            return result
         finally:
             self._publishing -= 1
             if not self._publishing:
@@ -277,6 +283,7 @@ class Topic:
             limits=self.unacked_limits,
             counters=self.counters,
             delayed=self.delayed,
+            compaction=self.compaction,
         )
         self.subscriptions[name] = sub
         return sub

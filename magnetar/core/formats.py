@@ -204,6 +204,14 @@ def deliver_at_of(fmt: int, payload: bytes) -> int | None:
     return deliver_at(payload) if deliver_at is not None else None
 
 
+def compaction_keys_of(fmt: int, payload: bytes) -> list[tuple[bytes | None, bool]] | None:
+    """(key, null value?) of each message of the entry, for topic compaction; None for a
+    format that cannot say (its messages are left out of a compacted view, as keyless ones)."""
+    codec = codec_of(fmt)
+    keys = getattr(codec, "compaction_keys", None)
+    return keys(payload) if keys is not None else None
+
+
 class UnknownFormatError(ValueError):
     """No registered format can unpack or rebuild entries of this format."""
 

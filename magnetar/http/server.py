@@ -27,6 +27,7 @@ from magnetar.core.names import TopicName, check_namespace, check_tenant, check_
 from magnetar.http import messages, reading, schemas, tenants, topics
 from magnetar.http.bodies import MAX_BODY_BYTES, BodyTooLargeError
 from magnetar.http.broker_metrics import BrokerMetrics
+from magnetar.http.compaction import compaction_routes
 from magnetar.http.console import console_routes
 from magnetar.http.metrics import MetricsEndpoint, MetricSource
 from magnetar.http.offload import offload_routes
@@ -181,6 +182,7 @@ class HttpServer:
             self.broker, self.admin, self.service_url, self.service_url_tls, lambda: self.https_url
         )
         table += stats_routes(self.broker, self.admin)
+        table += compaction_routes(self.broker, self.admin)
         if self.offload is not None:
             table += offload_routes(self.admin, self.offload)
         table += reading.routes(self.broker, self.flight_url)

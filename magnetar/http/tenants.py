@@ -226,6 +226,13 @@ _POLICIES: list[tuple[str, str, Callable[[Any], Any], Any, str]] = [
     ("backlogQuota", "backlog_quota_map", _backlog_quota, {}, "POST"),
     ("persistence", "persistence", _persistence, None, "POST"),
     ("delayedDelivery", "delayed_delivery_policies", _delayed_delivery, None, "POST"),
+    (
+        "compactionThreshold",
+        "compaction_threshold",
+        lambda v: _long(v, "compactionThreshold", minimum=0),
+        None,
+        "PUT",
+    ),
 ]
 
 

@@ -13,7 +13,8 @@ import struct
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from magnetar.broker import AccessMode, Consumer
+from magnetar.broker import AccessMode, Consumer, SubType
+from magnetar.broker.errors import InvalidRequestError
 from magnetar.broker.formats import PULSAR
 from magnetar.broker.schemas import SchemaInfo
 from magnetar.core.entries import Entry
@@ -231,6 +232,10 @@ class Commands:
         else:
             start = ledger.end_offset
         sub_type = self.conn.sub_type(cmd.sub_type)
+        if cmd.read_compacted and sub_type not in (SubType.EXCLUSIVE, SubType.FAILOVER):
+            raise InvalidRequestError(
+                "reading compacted is allowed on Exclusive and Failover subscriptions only"
+            )
         sub = await topic.subscription(cmd.subscription, sub_type, durable=cmd.durable, start=start)
         await sub.settled()  # a seek in progress: attach at the new position
         consumer = Consumer(
@@ -240,6 +245,7 @@ class Commands:
             priority=cmd.priority_level,
         )
         sub.add_consumer(consumer, sub_type)
+        sub.read_compacted = cmd.read_compacted
         self.conn.register_consumer(ConsumerHandle(consumer, sub, topic, name.partition))
         self.conn.write(responses.success(cmd.request_id))
 

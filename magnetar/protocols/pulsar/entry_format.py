@@ -57,6 +57,21 @@ class PulsarEntryFormat:
         metadata = metadata_of(payload)
         return metadata.deliver_at_time if metadata.HasField("deliver_at_time") else None
 
+    def compaction_keys(self, payload: bytes) -> list[tuple[bytes | None, bool]]:
+        """(partition key or None, null value?) of each message, as compaction sees them."""
+        metadata = metadata_of(payload)
+        if not is_batch(metadata):
+            key = metadata.partition_key.encode() if metadata.HasField("partition_key") else None
+            return [(key, metadata.null_value)]
+        (size,) = _U32.unpack_from(payload, 0)
+        return [
+            (
+                m.metadata.partition_key.encode() if m.metadata.HasField("partition_key") else None,
+                m.metadata.null_value,
+            )
+            for m in unpack(metadata, payload[4 + size :])
+        ]
+
     def unpack(self, payload: bytes) -> list[MessageRow]:
         """The messages, through protobuf objects. :meth:`unpack_columns` gives the same
         fields faster; this stays the reference its tests compare against."""
