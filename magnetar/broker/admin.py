@@ -233,11 +233,13 @@ class TopicAdmin:
             },
         }
 
-    async def check(self, name: TopicName) -> dict[str, Any]:
+    async def check(self, name: TopicName, *, repair: bool = False) -> dict[str, Any]:
         """Read and verify every stored entry of the topic (``magnetar admin topics check``):
-        ``ok``, and one row per segment with the error found in it, if any."""
+        ``ok``, and one row per segment with the error found in it, if any. ``repair``:
+        damaged replicas of a cluster's closed ledgers are written again from good ones
+        first, and the rows tell what is left."""
         topic = await self.require(name)
-        rows = await topic.ledger.check()
+        rows = await topic.ledger.check(repair=repair)
         return {"topic": str(name), "ok": not any(r["error"] for r in rows), "ledgers": rows}
 
     async def last_message_id(self, name: TopicName) -> dict[str, Any]:

@@ -265,8 +265,12 @@ def _partitioned_stats(a: argparse.Namespace, r: RestClient) -> Any:
 
 def _check(a: argparse.Namespace, r: RestClient) -> Any:
     """The check's report when nothing is damaged; else an error (exit code 1) naming each
-    damaged segment, its file, byte and problem."""
-    report = r.call("GET", _t(a, "/check"))
+    damaged segment, its file, byte and problem (in a cluster: node and entries).
+    ``--repair``: damaged replicas are written again from good ones before the check."""
+    if a.repair:
+        report = r.call("POST", _t(a, "/check?repair=true"))
+    else:
+        report = r.call("GET", _t(a, "/check"))
     if report["ok"]:
         return report
     rows = [row for part in report.get("partitions", [report]) for row in part["ledgers"]]
@@ -330,7 +334,17 @@ TOPICS: list[tuple[str, str, list[tuple[list[str], dict[str, Any]]], Action]] = 
     (
         "check",
         "read and verify every stored entry; exit 1 naming each damaged segment's file and byte",
-        _TOPIC,
+        [
+            *_TOPIC,
+            (
+                ["--repair"],
+                {
+                    "action": "store_true",
+                    "help": "first write damaged replicas of a cluster's closed ledgers "
+                    "again from good ones",
+                },
+            ),
+        ],
         _check,
     ),
     ("last-message-id", "", _TOPIC, lambda a, r: r.call("GET", _t(a, "/lastMessageId"))),

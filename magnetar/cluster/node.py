@@ -37,6 +37,7 @@ from magnetar.cluster.wire import (
     Record,
     Status,
     frame,
+    pack_damaged,
     pack_records,
     read_frame,
 )
@@ -46,7 +47,7 @@ from magnetar.core.errors import ConfigError
 from magnetar.meta import MetadataStore, open_metadata_store
 from magnetar.meta.base import SessionState
 from magnetar.storage import StorageEngine
-from magnetar.storage.errors import DiskFullError, StorageError
+from magnetar.storage.errors import CorruptionError, DiskFullError, StorageError
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,7 @@ class _Ledger:
     rows: dict[int, tuple[int, int, int, int]] = field(default_factory=dict)
     lac: int = -1
     in_flight: dict[int, asyncio.Future[None]] = field(default_factory=dict)
+    damaged: str = ""  # what a read, check or start found wrong with this copy ("": nothing)
 
     def add(self, eid: int, local: int, base: int, count: int, ts: int) -> None:
         self.rows[eid] = (local, base, count, ts)
@@ -152,10 +154,26 @@ class StorageNode:
             ledger = self._ledgers.setdefault(int(name[1:]), _Ledger())
             offset = self.engine.start_offset(name)
             while offset < self.engine.end_offset(name):
-                for e in await self.engine.read(name, offset, max_entries=10_000):
+                try:
+                    got = await self.engine.read(name, offset, max_entries=10_000)
+                except CorruptionError as err:
+                    # the entries of this file from the damage on are not indexed here:
+                    # reads of them answer DAMAGED, and a repair replaces the whole copy
+                    ledger.damaged = str(err)
+                    log.warning("storage node: ledger %s: %s", name[1:], err)
+                    offset = self._segment_end(name, offset)
+                    continue
+                for e in got:
                     r = Record.unpack(e.payload[:64])
                     ledger.add(r.entry_id, e.base_offset, r.base_offset, r.count, r.publish_time)
                     offset = e.next_offset
+
+    def _segment_end(self, name: str, offset: int) -> int:
+        """The end offset of the engine segment holding ``offset`` (where reading resumes)."""
+        for info in self.engine.segments(name):
+            if info.first_offset <= offset < info.end_offset:
+                return info.end_offset
+        return self.engine.end_offset(name)
 
     def ledger(self, ledger_id: int) -> _Ledger | None:
         return self._ledgers.get(ledger_id)
@@ -286,6 +304,8 @@ class StorageNode:
             return Status.OK, b"".join(rows)
         if op == Op.DELETE:
             return await self._delete(ledger_id)
+        if op == Op.CHECK:
+            return await self._check(ledger_id)
         if op == Op.PING:
             return Status.OK, b""
         return Status.ERROR, f"unknown op {op}".encode()
@@ -327,13 +347,22 @@ class StorageNode:
     ) -> tuple[Status, bytes]:
         """Records ``first``, ``first + 1``, … while this node holds them, up to ``last``."""
         ledger = self._ledgers.get(ledger_id)
+        if ledger is not None and ledger.damaged and first not in ledger.rows:
+            return Status.DAMAGED, pack_damaged(self._damage(ledger_id, first, ledger), [])
         if ledger is None or first not in ledger.rows:
             return Status.NO_ENTRY, b""
-        name, records, size, eid = _name(ledger_id), [], 0, first
+        name, size, eid = _name(ledger_id), 0, first
+        records: list[Record] = []
         while eid <= last and eid in ledger.rows and size < max_bytes:
             local = ledger.rows[eid][0]
             want = min(last - eid + 1, 1000)
-            got = await self.engine.read(name, local, max_entries=want, max_bytes=max_bytes - size)
+            try:
+                got = await self.engine.read(
+                    name, local, max_entries=want, max_bytes=max_bytes - size
+                )
+            except CorruptionError as err:
+                ledger.damaged = str(err)
+                return Status.DAMAGED, pack_damaged(self._damage(ledger_id, eid, ledger), records)
             progressed = False
             for e in got:
                 r = Record.unpack(e.payload)
@@ -347,7 +376,62 @@ class StorageNode:
                     break
             if not progressed:
                 break
+        if ledger.damaged and eid <= last and eid not in ledger.rows and size < max_bytes:
+            # stopped at an entry lost to the damage met at start: say so, so the reader
+            # counts it and has the copy repaired
+            return Status.DAMAGED, pack_damaged(self._damage(ledger_id, eid, ledger), records)
         return Status.OK, pack_records(records)
+
+    def _damage(self, ledger_id: int, eid: int, ledger: _Ledger) -> str:
+        return (
+            f"storage node {self.node_id}: entry {eid} of ledger {ledger_id} is not readable here "
+            f"({ledger.damaged})"
+        )
+
+    async def _check(self, ledger_id: int) -> tuple[Status, bytes]:
+        """Read every entry held of the ledger, verifying each checksum (a scrub). Answers
+        ``{"entries": held, "damaged": [entry ids unreadable here], "problem": text}``."""
+        ledger = self._ledgers.get(ledger_id)
+        if ledger is None:
+            return Status.NO_LEDGER, b""
+        name, damaged = _name(ledger_id), []
+        by_local = sorted((row[0], eid) for eid, row in ledger.rows.items())
+        i = 0
+        while i < len(by_local):
+            local, eid = by_local[i]
+            try:
+                got = await self.engine.read(name, local, max_entries=1000, max_bytes=16 << 20)
+            except CorruptionError as err:
+                ledger.damaged = ledger.damaged or str(err)
+                damaged.append(eid)
+                i += 1
+                continue
+            matched = 0
+            for e in got:
+                if i >= len(by_local) or e.base_offset != by_local[i][0]:
+                    break
+                if Record.unpack(e.payload[:64]).entry_id != by_local[i][1]:
+                    break
+                i, matched = i + 1, matched + 1
+            if not matched:  # not the entry the index names: unreadable as this entry
+                damaged.append(eid)
+                i += 1
+        if not damaged and ledger.damaged and not self._skipped_at_load(ledger_id):
+            ledger.damaged = ""  # what a read met was repaired since
+        answer = {
+            "entries": len(ledger.rows),
+            "damaged": sorted(damaged),
+            "problem": ledger.damaged,
+        }
+        return Status.OK, json.dumps(answer).encode()
+
+    def _skipped_at_load(self, ledger_id: int) -> bool:
+        """Whether entries of the ledger's files could not be indexed (damage met at start)."""
+        indexed = len(self._ledgers[ledger_id].rows)
+        stored = self.engine.end_offset(_name(ledger_id)) - self.engine.start_offset(
+            _name(ledger_id)
+        )
+        return indexed < stored
 
     async def _fence(self, ledger_id: int) -> tuple[Status, bytes]:
         if ledger_id not in self._fenced:

@@ -35,6 +35,7 @@ from magnetar.cluster.errors import (
     NodeUnavailableError,
     NotEnoughStorageNodesError,
 )
+from magnetar.cluster.repair import Repairs
 from magnetar.cluster.wire import (
     ADD,
     FLAG_RECOVERY,
@@ -45,6 +46,7 @@ from magnetar.cluster.wire import (
     Op,
     Record,
     Status,
+    unpack_damaged,
     unpack_records,
 )
 from magnetar.core.clock import SYSTEM_CLOCK, Clock
@@ -455,6 +457,7 @@ class ReplicatedStorage:
         # the namespace's `persistence` policy of a partition (set by whoever knows policies)
         self.persistence: Callable[[str], Awaitable[tuple[int, int, int] | None]] | None = None
         self._auditor: asyncio.Task[None] | None = None
+        self.repairs = Repairs(self)  # damaged replicas found by reads and checks
 
     @classmethod
     async def open(
@@ -755,6 +758,11 @@ class ReplicatedStorage:
                     got = unpack_records(body)
                     if got:
                         break
+                elif status is Status.DAMAGED:  # the intact records before it, if any
+                    problem, got = unpack_damaged(body)
+                    self.repairs.met(ledger, node, problem)
+                    if got:
+                        break
                 errors.append(f"{node}: {status.name}")
             if not got:
                 raise StorageError(
@@ -794,16 +802,17 @@ class ReplicatedStorage:
         ledger.times = array.array("q", (rows[i][1] for i in range(ledger.last_entry + 1)))
         return ledger.bases
 
-    async def check(self, name: str) -> list[dict[str, Any]]:
-        """Not available yet for replicated ledgers: each storage node verifies its own
-        copies, and a read that meets damage on one replica is served by the next."""
-        raise StorageError(
-            f"check of {name}: replicated ledgers are not checked from the broker yet; a "
-            "damaged replica is skipped by reads, which go to the next one"
-        )
+    async def check(self, name: str, *, repair: bool = False) -> list[dict[str, Any]]:
+        """Every storage node of each ledger reads and verifies its copy; a row per ledger
+        names each node with damaged or missing entries (see :mod:`.repair`). With
+        ``repair``, those copies of closed ledgers are written again from good ones first."""
+        part = self._part(name)
+        return await self.repairs.check(list(part.ledgers), repair=repair)
 
     def damaged(self, name: str) -> dict[int, str]:
-        return {}
+        """Ledgers of ``name`` with a damaged or incomplete replica not yet repaired."""
+        part = self._part(name)
+        return self.repairs.damaged({lg.ledger_id for lg in part.ledgers})
 
     async def replica_reads(self, name: str, segment_id: int) -> list[dict[str, Any]] | None:
         """Where a reader may fetch a closed segment straight from storage nodes: one
@@ -904,6 +913,7 @@ class ReplicatedStorage:
         return [dataclasses.replace(lg.info, state=SegmentState.DELETED) for lg in doomed]
 
     async def _delete_ledger(self, ledger: Ledger) -> None:
+        self.repairs.forget(ledger.ledger_id)
         for node in {n for _, ns in ledger.ensembles for n in ns}:
             try:
                 await self.nodes.call(node, Op.DELETE, LEDGER.pack(ledger.ledger_id))
@@ -944,6 +954,7 @@ class ReplicatedStorage:
                 if lost:
                     found[ledger.ledger_id] = lost
         self.under_replicated = found
+        await self.repairs.retry()
         for part in list(self._parts.values()):
             for ledger in list(part.ledgers):
                 if ledger.ledger_id in found:
@@ -964,7 +975,7 @@ class ReplicatedStorage:
                     )
                     return
                 target = random.choice(spare)
-                copied = await self._copy_fragment(ledger, first, end, dead, target)
+                copied = await self.copy_fragment(ledger, first, end, dead, target)
                 nodes = [target if n == dead else n for n in nodes]
                 ensembles[i] = (first, nodes)
                 async with part.lock:
@@ -985,7 +996,7 @@ class ReplicatedStorage:
                     copied,
                 )
 
-    async def _copy_fragment(
+    async def copy_fragment(
         self, ledger: Ledger, first: int, end: int, dead: str, target: str
     ) -> int:
         """Copy the entries of ``first..end`` whose write set names ``dead`` to ``target``."""

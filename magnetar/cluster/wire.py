@@ -37,6 +37,7 @@ class Op(enum.IntEnum):
     INDEX = 5  # (entry id, base offset, count, publish time) of every entry held
     DELETE = 6
     PING = 7
+    CHECK = 8  # verify every entry of a ledger held here: JSON {entries, damaged, problem}
 
 
 class Status(enum.IntEnum):
@@ -46,6 +47,9 @@ class Status(enum.IntEnum):
     READ_ONLY = 3
     NO_LEDGER = 4
     ERROR = 5
+    # a stored copy fails its checksum or structure: the answer is DAMAGED (see below),
+    # the reader takes the records before the damage and the rest from another replica
+    DAMAGED = 6
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +112,17 @@ def unpack_records(data: bytes | memoryview) -> list[Record]:
         records.append(Record.unpack(view[at + 4 : at + 4 + size]))
         at += 4 + size
     return records
+
+
+def pack_damaged(problem: str, records: list[Record]) -> bytes:
+    """A DAMAGED answer to a read: what is wrong, then the intact records before it."""
+    text = problem.encode()
+    return struct.pack(">I", len(text)) + text + pack_records(records)
+
+
+def unpack_damaged(body: bytes) -> tuple[str, list[Record]]:
+    (size,) = struct.unpack_from(">I", body)
+    return body[4 : 4 + size].decode(errors="replace"), unpack_records(body[4 + size :])
 
 
 class FrameError(ValueError):

@@ -33,7 +33,13 @@ def cluster_metrics(storage: ReplicatedStorage, cluster: str) -> MetricSource:
             ["cluster"],
         )
         under.add_metric([cluster], float(len(storage.under_replicated)))
-        out += [registered, under]
+        damaged = gauge(
+            "magnetar_damaged_replicas",
+            "Replicas of ledgers found damaged or incomplete, not yet repaired",
+            ["cluster"],
+        )
+        damaged.add_metric([cluster], float(sum(map(len, storage.repairs.found.values()))))
+        out += [registered, under, damaged]
         for name, text, key in (
             (
                 "magnetar_ledger_ensemble_changes",
@@ -54,6 +60,17 @@ def cluster_metrics(storage: ReplicatedStorage, cluster: str) -> MetricSource:
                 "magnetar_rereplicated_entries",
                 "Entries copied off a lost node",
                 "rereplicated_entries",
+            ),
+            (
+                "magnetar_damaged_replica_reads",
+                "Reads that met a damaged replica and were served by another",
+                "damaged_replica_reads",
+            ),
+            ("magnetar_repaired_replicas", "Damaged replicas replaced", "repaired_replicas"),
+            (
+                "magnetar_repaired_entries",
+                "Entries written back to a storage node whose copy was damaged",
+                "repaired_entries",
             ),
         ):
             total = counter(name, text, ["cluster"])

@@ -8,8 +8,10 @@
     GET .../{topic}/partitioned-internalStats   each partition's internal stats
     GET .../{topic}/check                       read and verify every stored entry (each
                                                  partition's for a partitioned topic)
+    POST .../{topic}/check?repair=true          the same, after writing damaged replicas of
+                                                 a cluster's closed ledgers again from good ones
 
-Read-only: nothing here changes or persists anything.
+Read-only but for the repair: nothing else here changes or persists anything.
 """
 
 from __future__ import annotations
@@ -86,14 +88,16 @@ def stats_routes(broker: Broker, admin: TopicAdmin) -> list[Route]:
 
     async def check(request: web.Request) -> web.Response:
         name = _topic(request)
+        repair = request.method == "POST" and request.query.get("repair", "") == "true"
         if await broker.partitions(name) <= 0:
-            return ok(await admin.check(name))
-        each = [await admin.check(p) for p in await _partitions(broker, name)]
+            return ok(await admin.check(name, repair=repair))
+        each = [await admin.check(p, repair=repair) for p in await _partitions(broker, name)]
         return ok({"topic": str(name), "ok": all(c["ok"] for c in each), "partitions": each})
 
     return [
         Route("GET", T + "/internalStats", internal_stats, "Segments and cursors"),
         Route("GET", T + "/check", check, "Read and verify every stored entry"),
+        Route("POST", T + "/check", check, "?repair=true: repair damaged replicas, then check"),
         Route("GET", T + "/internal-stats", internal_stats, "Alias of internalStats"),
         Route("GET", T + "/partitioned-stats", partitioned_stats, "Stats summed over partitions"),
         Route(

@@ -87,9 +87,10 @@ class LedgerStorage(Protocol):
 
     def segments(self, name: str) -> list[SegmentInfo]: ...
 
-    async def check(self, name: str) -> list[dict[str, Any]]:
+    async def check(self, name: str, *, repair: bool = False) -> list[dict[str, Any]]:
         """Read and verify every stored entry: one row per segment (``segmentId``,
-        ``state``, ``entries``, ``error``: file, byte and problem, or "")."""
+        ``state``, ``entries``, ``error``: file, byte and problem, or ""). With ``repair``,
+        damaged copies that have a good replica are replaced first (replicated storage)."""
         ...
 
     def damaged(self, name: str) -> dict[int, str]:
@@ -511,9 +512,9 @@ class ManagedLedger:
         """This broker stops writing the partition (it lost ownership); see LedgerStorage."""
         self.storage.release(self.name)
 
-    async def check(self) -> list[dict[str, Any]]:
+    async def check(self, *, repair: bool = False) -> list[dict[str, Any]]:
         """Verify every stored entry of this partition (see LedgerStorage.check)."""
-        return await self.storage.check(self.name)
+        return await self.storage.check(self.name, repair=repair)
 
     def damaged(self) -> dict[int, str]:
         return self.storage.damaged(self.name)

@@ -649,8 +649,9 @@ class StorageEngine:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._readers, part.read, offset, max_entries, max_bytes)
 
-    async def check(self, name: str) -> list[dict[str, Any]]:
-        """Verify every stored entry of the partition (see :meth:`PartitionLog.check`)."""
+    async def check(self, name: str, *, repair: bool = False) -> list[dict[str, Any]]:
+        """Verify every stored entry of the partition (see :meth:`PartitionLog.check`).
+        ``repair`` changes nothing here: a segment has one copy, restored from a backup."""
         part = self._part(name)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._readers, part.check)
