@@ -49,6 +49,7 @@ class BrokerSettings:
     max_unacked_messages_per_subscription: int = 200_000  # Shared/Key_Shared; 0: no cap
     max_num_partitions_per_partitioned_topic: int = 1024  # 0: no cap (Pulsar's default)
     max_topics_per_namespace: int = 10_000  # each partition counts; 0: no cap (Pulsar's)
+    auto_skip_non_recoverable_data: bool = False  # subscriptions skip damaged entries
 
 
 class Broker:
@@ -259,6 +260,7 @@ class Broker:
         if self.ownership is not None:  # registered by any broker, served by its owner only
             await self.ownership.check(name)  # NotOwnerError: its client looks it up again
         ledger = await self.ledgers.open(name.path)
+        ledger.auto_skip_non_recoverable_data = self.settings.auto_skip_non_recoverable_data
         ledger.delete_before(min(await self.log_starts.get(name), ledger.end_offset))
         limits = UnackedLimits(
             self.settings.max_unacked_messages_per_consumer,
