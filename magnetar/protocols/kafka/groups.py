@@ -33,12 +33,21 @@ MAX_COMMIT_METADATA = 4096  # bytes; Kafka's offset.metadata.max.bytes default
 Response = dict[str, Any]
 
 
+NO_TRANSACTIONS = (
+    "Kafka transactions are not supported by this server yet: use an idempotent producer "
+    "(enable.idempotence) without transactional.id"
+)
+
+
 async def find_coordinator(svc: Service, session: Session, req: Request) -> Response:
+    """This node coordinates every group. A transaction coordinator is refused at once with
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED, the one answer every client treats as fatal (to
+    COORDINATOR_NOT_AVAILABLE they would retry until their timeout)."""
     s = svc.settings
     if req.api_version >= 1 and req.body.key_type != 0:
         return {
-            "error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE,
-            "error_message": "transactions are not supported",
+            "error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+            "error_message": NO_TRANSACTIONS,
             "node_id": -1,
             "host": "",
             "port": -1,
