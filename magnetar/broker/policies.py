@@ -56,6 +56,8 @@ class Policies:
     delayed_delivery_policies: dict[str, Any] | None = None
     # bytes published to a topic since its last compaction that start the next (0: never)
     compaction_threshold: int | None = None
+    # maintenance of the namespace's Iceberg tables (snapshot expiry; None: on, the default)
+    iceberg_maintenance: bool | None = None
 
     def to_bytes(self) -> bytes:
         return json.dumps(asdict(self), sort_keys=True).encode()

@@ -209,6 +209,18 @@ NAMESPACES: list[tuple[str, str, list[tuple[list[str], dict[str, Any]]], Action]
         lambda a, r: r.call("GET", _ns(a, "/offloadDeletionLagMs")),
     ),
     (
+        "set-iceberg-maintenance",
+        "turn maintenance of the namespace's Iceberg tables on or off",
+        [*_NS, (["--enabled"], {"choices": ["true", "false"], "required": True})],
+        lambda a, r: r.call("POST", _ns(a, "/icebergMaintenance"), a.enabled == "true"),
+    ),
+    (
+        "get-iceberg-maintenance",
+        "",
+        _NS,
+        lambda a, r: r.call("GET", _ns(a, "/icebergMaintenance")),
+    ),
+    (
         "set-backlog-quota",
         "limit the backlog size",
         [
@@ -427,6 +439,12 @@ TOPICS += [
         _offload,
     ),
     ("offload-status", "", _TOPIC, lambda a, r: r.call("GET", _t(a, "/offload"))),
+    (
+        "iceberg",
+        "the topic's Iceberg table: identifier, current snapshot, offsets covered, lag",
+        _TOPIC,
+        lambda a, r: r.call("GET", _t(a, "/iceberg")),
+    ),
 ]
 
 

@@ -227,6 +227,13 @@ _POLICIES: list[tuple[str, str, Callable[[Any], Any], Any, str]] = [
     ("persistence", "persistence", _persistence, None, "POST"),
     ("delayedDelivery", "delayed_delivery_policies", _delayed_delivery, None, "POST"),
     (
+        "icebergMaintenance",
+        "iceberg_maintenance",
+        lambda v: boolean(v, "icebergMaintenance"),
+        None,
+        "POST",
+    ),
+    (
         "compactionThreshold",
         "compaction_threshold",
         lambda v: _long(v, "compactionThreshold", minimum=0),
@@ -266,6 +273,8 @@ def _policy_handlers(
         value = getattr(await ns.policies(t, n), field)
         if field == "backlog_quota_map":
             value = {"destination_storage": value} if value else {}
+        if field == "iceberg_maintenance" and value is None:
+            value = True  # the broker's default: tables are maintained
         if field == "delayed_delivery_policies" and value is None:
             value = {"active": True, "tickTime": DEFAULT_TICK_MS}  # the broker's default
         return ok(value)

@@ -3,6 +3,9 @@ object store a node's ledgers live on (Pulsar's ManagedLedgerFactory)."""
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 from magnetar.ledger.managed_ledger import LedgerStorage, ManagedLedger
 from magnetar.tier import Tier
 
@@ -22,6 +25,18 @@ class LedgerFactory:
     @property
     def object_store_url(self) -> str | None:
         return self._tier.store.url if self._tier is not None else None
+
+    @property
+    def has_tables(self) -> bool:
+        """True when offloaded segments are registered in an Iceberg catalog."""
+        return self._tier is not None and self._tier.iceberg is not None
+
+    async def table_of(self, name: str) -> dict[str, Any] | None:
+        """The Iceberg table of topic (or partition) path ``name``, as
+        ``IcebergTables.describe`` tells it; None when it does not exist yet."""
+        if self._tier is None or self._tier.iceberg is None:
+            return None
+        return await asyncio.to_thread(self._tier.iceberg.describe, name)
 
     async def open(self, name: str) -> ManagedLedger:
         """The ledger of partition ``name``, created if new (durable when this returns)."""
