@@ -463,6 +463,7 @@ def _broker_settings(s: Settings) -> BrokerSettings:
         max_unacked_messages_per_subscription=s.max_unacked_messages_per_subscription,
         max_num_partitions_per_partitioned_topic=s.max_num_partitions_per_partitioned_topic,
         max_topics_per_namespace=s.max_topics_per_namespace,
+        auto_skip_non_recoverable_data=s.auto_skip_non_recoverable_data,
     )
 
 

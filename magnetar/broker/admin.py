@@ -175,6 +175,12 @@ class TopicAdmin:
             "msgSkippedByRetention": sub.skipped_by_retention,
             "unackedMessages": sub.unacked,
             "blockedSubscriptionOnUnackedMsgs": sub.blocked_on_unacked,
+            # Magnetar's own: where dispatch waits at damaged data ("ledger:entry", else
+            # None), and the messages skipped as damaged (auto_skip_non_recoverable_data)
+            "blockedAtDamagedPosition": (
+                None if sub.damage.blocked_at is None else position(topic, sub.damage.blocked_at)
+            ),
+            "msgSkippedAsDamaged": sub.damage.skipped,
             "consumers": [
                 {
                     "consumerName": c.name,

@@ -23,6 +23,7 @@ from magnetar.broker.errors import (
 )
 from magnetar.broker.limits import TopicLimits
 from magnetar.broker.log_start import LogStarts
+from magnetar.broker.non_persistent import NonPersistentTopic
 from magnetar.broker.ownership import Ownership
 from magnetar.broker.policies import Namespaces, Policies, TopicPolicyStore
 from magnetar.broker.producer_names import ProducerNames
@@ -49,6 +50,7 @@ class BrokerSettings:
     max_unacked_messages_per_subscription: int = 200_000  # Shared/Key_Shared; 0: no cap
     max_num_partitions_per_partitioned_topic: int = 1024  # 0: no cap (Pulsar's default)
     max_topics_per_namespace: int = 10_000  # each partition counts; 0: no cap (Pulsar's)
+    auto_skip_non_recoverable_data: bool = False  # subscriptions skip damaged entries
 
 
 class Broker:
@@ -63,6 +65,7 @@ class Broker:
         self.namespaces = Namespaces(meta)
         self.schemas = SchemaRegistry(meta)
         self.topics: dict[str, Topic] = {}
+        self.non_persistent: dict[str, NonPersistentTopic] = {}  # in memory while in use
         self._loading: dict[str, asyncio.Future[Topic]] = {}
         self._policies: dict[str, Policies] = {}
         self._unwatch = meta.watch("/admin/policies", self._on_policy_change)
@@ -218,6 +221,27 @@ class Broker:
             await ledger.trim_deleted()
         return ledger.start_offset
 
+    async def get_non_persistent_topic(self, name: TopicName) -> NonPersistentTopic:
+        """The non-persistent topic ``name``, created in memory on first use (its namespace
+        must exist); forgotten again once it has no producer and no consumer."""
+        await self.policies(name)
+        key = str(name)
+        topic = self.non_persistent.get(key)
+        if topic is None:
+            topic = NonPersistentTopic(name, self.producer_names.next, self._forget_idle)
+            self.non_persistent[key] = topic
+        return topic
+
+    def _forget_idle(self, topic: NonPersistentTopic) -> None:
+        if self.non_persistent.get(str(topic.name)) is topic:
+            del self.non_persistent[str(topic.name)]
+
+    async def list_non_persistent_topics(self, tenant: str, namespace: str) -> list[str]:
+        """Non-persistent topics of a namespace in use on this broker (each partition)."""
+        await self.namespaces.policies(tenant, namespace)
+        prefix = f"non-persistent://{tenant}/{namespace}/"
+        return sorted(k for k in self.non_persistent if k.startswith(prefix))
+
     async def topic_exists(self, name: TopicName) -> bool:
         return await self.meta.exists(paths.topic_path(name.tenant, name.namespace, name.local))
 
@@ -259,6 +283,7 @@ class Broker:
         if self.ownership is not None:  # registered by any broker, served by its owner only
             await self.ownership.check(name)  # NotOwnerError: its client looks it up again
         ledger = await self.ledgers.open(name.path)
+        ledger.auto_skip_non_recoverable_data = self.settings.auto_skip_non_recoverable_data
         ledger.delete_before(min(await self.log_starts.get(name), ledger.end_offset))
         limits = UnackedLimits(
             self.settings.max_unacked_messages_per_consumer,

@@ -32,6 +32,7 @@ from magnetar.broker import formats, key_shared
 from magnetar.broker.compaction import CompactedView, TopicCompaction
 from magnetar.broker.counters import TopicCounters
 from magnetar.broker.cursor import Cursor, CursorStore
+from magnetar.broker.damage import DamageGuard
 from magnetar.broker.delays import DelayedDeliveryPolicy, DelayIndex
 from magnetar.broker.errors import ConsumerBusyError
 from magnetar.core.clock import SYSTEM_CLOCK, Clock
@@ -144,6 +145,7 @@ class Subscription:
         self._seeking: asyncio.Future[None] | None = None
         self._remove_listener = ledger.on_append(self.kick)
         self.skipped_by_retention = 0  # messages deleted before this subscription read them
+        self.damage = DamageGuard()  # skips or waits at damaged entries (see damage.py)
         self.limits = limits
         self.unacked = 0  # messages delivered to any consumer and not settled
         self.blocked_on_unacked = False  # Pulsar's blockedDispatcherOnUnackedMsgs
@@ -456,7 +458,7 @@ class Subscription:
                     return
             elif self.read_position < self.ledger.end_offset:
                 budget = max(1, min(READ_BATCH, sum(max(c.permits, 0) for c in self.consumers)))
-                entries = await self.ledger.read(self.read_position, max_entries=budget)
+                entries = await self.damage.read(self, budget)
                 if epoch != self._epoch:
                     continue
                 if not entries:
@@ -517,7 +519,7 @@ class Subscription:
             # New entries only while every waiting one was looked at (their keys hold back).
             if len(self._replay) < LOOK_AHEAD and self.read_position < self.ledger.end_offset:
                 budget = max(1, min(READ_BATCH, sum(max(c.permits, 0) for c in self.consumers)))
-                fresh = await self.ledger.read(self.read_position, max_entries=budget)
+                fresh = await self.damage.read(self, budget)
             if epoch != self._epoch:
                 continue
             if not self._send_by_key(replayed, fresh):

@@ -136,6 +136,12 @@ _STANDALONE_FLAGS: list[tuple[str, str, type, str]] = [
         "Shared/Key_Shared subscription stops dispatching at N unacked (0: no cap)",
     ),
     (
+        "--auto-skip-non-recoverable-data",
+        "auto_skip_non_recoverable_data",
+        str,
+        "subscriptions skip damaged entries instead of waiting there: true | false (default)",
+    ),
+    (
         "--max-num-partitions-per-partitioned-topic",
         "max_num_partitions_per_partitioned_topic",
         int,

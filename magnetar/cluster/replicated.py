@@ -809,6 +809,13 @@ class ReplicatedStorage:
         part = self._part(name)
         return await self.repairs.check(list(part.ledgers), repair=repair)
 
+    async def next_readable(self, name: str, offset: int) -> int:
+        """The next entry's first offset (reads of an entry go to every replica first)."""
+        ledger = self._part(name).ledger_at(offset)
+        bases = await self._index(ledger)
+        eid = bisect.bisect_right(bases, offset) - 1
+        return int(bases[eid + 1]) if eid + 1 < len(bases) else ledger.info.end_offset
+
     def damaged(self, name: str) -> dict[int, str]:
         """Ledgers of ``name`` with a damaged or incomplete replica not yet repaired."""
         part = self._part(name)

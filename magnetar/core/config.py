@@ -118,6 +118,9 @@ class Settings:
     # Pulsar's caps on unacknowledged messages of Shared / Key_Shared subscriptions (0: none)
     max_unacked_messages_per_consumer: int = 50_000
     max_unacked_messages_per_subscription: int = 200_000
+    # a subscription whose next entry is damaged skips it (counted, logged) instead of
+    # stopping there (Pulsar's autoSkipNonRecoverableData); off: it waits at the damage
+    auto_skip_non_recoverable_data: bool = False
     # partitions of one partitioned topic, over REST and Kafka CreateTopics (Pulsar's
     # maxNumPartitionsPerPartitionedTopic; 0: no cap)
     max_num_partitions_per_partitioned_topic: int = 1024

@@ -106,6 +106,16 @@ _SUBSCRIPTION_SERIES: list[tuple[str, str, str]] = [
         "1 while dispatch waits for acknowledgements (max unacked reached)",
     ),
     ("magnetar_subscription_consumers", "gauge", "Connected consumers"),
+    (
+        "magnetar_subscription_blocked_on_damaged_data",
+        "gauge",
+        "1 while dispatch waits at a damaged entry (auto_skip_non_recoverable_data off)",
+    ),
+    (
+        "magnetar_subscription_damaged_skipped",
+        "counter",
+        "Messages skipped as damaged (auto_skip_non_recoverable_data on)",
+    ),
     ("magnetar_subscription_out_messages_total", "counter", "Messages delivered"),
 ]
 
@@ -234,6 +244,8 @@ class BrokerMetrics:
             float(sub.unacked),
             float(sub.blocked_on_unacked),
             float(len(sub.consumers)),
+            float(sub.damage.blocked_at is not None),
+            float(sub.damage.skipped),
             float(sub.msgs_out),
         ]
 

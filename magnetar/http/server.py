@@ -30,6 +30,7 @@ from magnetar.http.broker_metrics import BrokerMetrics
 from magnetar.http.compaction import compaction_routes
 from magnetar.http.console import console_routes
 from magnetar.http.metrics import MetricsEndpoint, MetricSource
+from magnetar.http.non_persistent import non_persistent_routes
 from magnetar.http.iceberg import iceberg_routes
 from magnetar.http.offload import offload_routes
 from magnetar.http.routes import Handler, Route, ok, openapi
@@ -184,6 +185,7 @@ class HttpServer:
         )
         table += stats_routes(self.broker, self.admin)
         table += compaction_routes(self.broker, self.admin)
+        table += non_persistent_routes(self.broker)
         if self.offload is not None:
             table += offload_routes(self.admin, self.offload)
         table += iceberg_routes(self.broker, self.admin)

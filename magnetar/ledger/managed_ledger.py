@@ -97,6 +97,11 @@ class LedgerStorage(Protocol):
         """Segments found damaged by a read or a check since start: id -> problem."""
         ...
 
+    async def next_readable(self, name: str, offset: int) -> int:
+        """After a read at ``offset`` failed on damage: the first offset after it that reads
+        (the end of its segment if none does)."""
+        ...
+
 
 class ManagedLedger:
     """One partition's log. Appends are durable when :meth:`append` returns."""
@@ -109,6 +114,9 @@ class ManagedLedger:
         self._ids: list[int] = []  # known segment ids, ascending
         self._listeners: list[Callable[[], None]] = []
         self._offloading: set[int] = set()  # segment ids with an offload in flight
+        # what a subscription does at a damaged entry: skip it, or wait there (Pulsar's
+        # ManagedLedgerConfig.autoSkipNonRecoverableData); set by the broker
+        self.auto_skip_non_recoverable_data = False
         # records before it are deleted (Kafka's DeleteRecords), even while still stored
         self._deleted_before = 0
 
@@ -518,6 +526,10 @@ class ManagedLedger:
 
     def damaged(self) -> dict[int, str]:
         return self.storage.damaged(self.name)
+
+    async def next_readable(self, offset: int) -> int:
+        """The first offset after damage at ``offset`` that reads (see LedgerStorage)."""
+        return await self.storage.next_readable(self.name, offset)
 
     async def replica_reads(self, segment_id: int) -> list[dict[str, Any]] | None:
         """``[{"first", "end", "flight": [URLs]}]``: storage nodes that serve the closed

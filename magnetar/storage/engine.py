@@ -660,6 +660,13 @@ class StorageEngine:
         """Segments of the partition found damaged (by a read or a check): id -> problem."""
         return dict(self._part(name).damaged)
 
+    async def next_readable(self, name: str, offset: int) -> int:
+        """The first offset after damage at ``offset`` that reads (see
+        :meth:`PartitionLog.next_readable`)."""
+        part = self._part(name)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._readers, part.next_readable, offset)
+
     def damaged_segments(self) -> int:
         """How many segments of this node are known to be damaged."""
         return sum(len(p.damaged) for p in self._partitions.values())

@@ -138,6 +138,26 @@ class PartitionLog:
                     raise
         raise OffsetOutOfRangeError(f"segment {segment_id} of {self.name} no longer exists")
 
+    def next_readable(self, offset: int) -> int:
+        """The first offset after ``offset`` whose read succeeds, in the segment holding
+        ``offset``; that segment's end if none does (runs on a reader thread).
+
+        A read scans from the index point before its offset, so past a damaged entry reads
+        fail up to the next index point and succeed from there: a binary search finds the
+        first that succeeds, an entry's start. Entries between the damage and that point
+        are skipped with it (no index tells where they begin)."""
+        segment = self.segment_for(offset)
+        lo, hi = offset + 1, segment.info.end_offset
+        while lo < hi:
+            mid = (lo + hi) // 2
+            try:
+                segment.read(mid, 1, 1, segment.info.size)
+            except (CorruptionError, OSError):
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
     def check(self) -> list[dict[str, object]]:
         """Read every entry of every local segment, verifying each checksum (a scrub; runs on
         a reader thread). One row per segment: its id, state, entries found, and ``error``

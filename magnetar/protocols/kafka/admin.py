@@ -125,7 +125,11 @@ async def init_producer_id(svc: Service, session: Session, req: Request) -> Resp
             "refusing transactional producer %r: transactions are not supported",
             req.body.transactional_id,
         )
-        return {"error_code": ErrorCode.INVALID_REQUEST, "producer_id": -1, "producer_epoch": -1}
+        return {
+            "error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+            "producer_id": -1,
+            "producer_epoch": -1,
+        }
     return {"error_code": 0, "producer_id": await svc.next_producer_id(), "producer_epoch": 0}
 
 

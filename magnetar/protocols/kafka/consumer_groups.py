@@ -20,11 +20,19 @@ freed. Epoch checks fence zombies: a heartbeat or commit with an epoch the membe
 have is refused (FENCED_MEMBER_EPOCH; STALE_MEMBER_EPOCH for an older commit), and the client
 rejoins. State is in memory, as in the classic coordinator: a new coordinator makes members
 rejoin; committed offsets are durable subscriptions (see ``groups``).
+
+Static members (``group.instance.id``): leaving with epoch -2 keeps the member, its epoch and
+its partitions for its session timeout; a member joining with that instance id meanwhile
+takes its place (a new member id, the same epoch and assignment) without a new group epoch,
+so nobody else's partitions move. Joining with an instance id a live member holds is refused
+(UNRELEASED_INSTANCE_ID); a heartbeat from a member id whose instance id another member now
+holds is FENCED_INSTANCE_ID.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import re
 import time
 import uuid
@@ -71,6 +79,7 @@ class ConsumerMember:
     owned: set[TopicPartition] = field(default_factory=set)
     revoking: set[TopicPartition] = field(default_factory=set)
     sent: frozenset[TopicPartition] | None = None  # the assignment it was last given
+    static_left: bool = False  # a static member that left with epoch -2 (may come back)
     session: asyncio.TimerHandle | None = None
     revocation: asyncio.TimerHandle | None = None
     classic: ClassicState | None = None  # set for a member speaking the classic protocol
@@ -162,12 +171,19 @@ class ConsumerGroups:
             raise GroupError(ErrorCode.INVALID_REQUEST, "the group id must not be empty")
         group = self.groups.setdefault(b.group_id, ConsumerGroup(b.group_id))
         async with group.lock:
+            self._check_instance(group, b)
             if b.member_epoch in LEAVE_EPOCHS:
                 member = self._known(group, b.member_id)
-                self._remove(group, member)
+                if b.member_epoch == -2 and member.instance_id:
+                    member.static_left = True  # kept for its session timeout
+                else:
+                    self._remove(group, member)
                 return HeartbeatAnswer(member.member_id, b.member_epoch, 0, None)
             joined = b.member_epoch == 0
-            if joined:
+            replaced = self._static_return(group, b, client_id, client_host) if joined else None
+            if replaced is not None:
+                member, reported, joined = replaced, None, False
+            elif joined:
                 member = self._join(group, b, client_id, client_host)
                 reported = None
             else:
@@ -192,6 +208,58 @@ class ConsumerGroups:
                 self.heartbeat_interval_ms,
                 sorted(owned) if news else None,
             )
+
+    @staticmethod
+    def _holder(group: ConsumerGroup, instance_id: str | None) -> ConsumerMember | None:
+        """The member holding static ``instance_id``, if any."""
+        if not instance_id:
+            return None
+        return next((m for m in group.members.values() if m.instance_id == instance_id), None)
+
+    def _check_instance(self, group: ConsumerGroup, b: Any) -> None:
+        """Refuse a request that speaks for an instance id another member holds."""
+        holder = self._holder(group, b.instance_id)
+        if holder is None or holder.member_id == b.member_id:
+            return
+        if b.member_epoch == 0 and holder.static_left:
+            return  # it takes the departed member's place (see _static_return)
+        if b.member_epoch == 0:
+            raise GroupError(
+                ErrorCode.UNRELEASED_INSTANCE_ID,
+                f"group.instance.id {b.instance_id!r} is held by live member "
+                f"{holder.member_id}: close that consumer first",
+            )
+        raise GroupError(
+            ErrorCode.FENCED_INSTANCE_ID,
+            f"member {b.member_id} was replaced by {holder.member_id}, a newer member with "
+            f"group.instance.id {b.instance_id!r}",
+        )
+
+    def _static_return(
+        self, group: ConsumerGroup, b: Any, client_id: str, host: str
+    ) -> ConsumerMember | None:
+        """A static member back after leaving with epoch -2: the new member id takes the old
+        member's epoch and partitions, with no new group epoch. None for any other join."""
+        old = self._holder(group, b.instance_id)
+        if old is None or not old.static_left or old.member_id == b.member_id:
+            return None
+        self._stop(old, "session")
+        self._stop(old, "revocation")
+        del group.members[old.member_id]
+        member = dataclasses.replace(
+            old,
+            member_id=b.member_id or str(uuid.uuid4()),
+            client_id=client_id,
+            client_host=host,
+            static_left=False,
+            sent=None,
+            session=None,
+            revocation=None,
+        )
+        group.members[member.member_id] = member
+        if old.member_id in group.target:
+            group.target[member.member_id] = group.target.pop(old.member_id)
+        return member
 
     def _join(self, group: ConsumerGroup, b: Any, client_id: str, host: str) -> ConsumerMember:
         """A new member, or one rejoining from scratch (its old partitions are freed)."""
@@ -332,6 +400,7 @@ class ConsumerGroups:
         rebalance_timeout_ms: int,
         protocol_type: str,
         protocols: list[tuple[str, bytes]],
+        instance_id: str | None = None,
     ) -> JoinResult:
         """A classic JoinGroup into this consumer group: the coordinator assigns, as for any
         member; the member is its own follower (no leader assigns): its generation is its

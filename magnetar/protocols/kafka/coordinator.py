@@ -7,6 +7,13 @@ SyncGroup, which gives every member its share. Heartbeats keep a member alive; o
 stays silent past its session timeout is removed, as is one that leaves, and either starts
 a rebalance. Membership is not durable (Kafka's is not either, in effect: members rejoin);
 committed offsets are, and live in the durable subscriptions (see ``groups``).
+
+Static members (KIP-345, ``group.instance.id``): a member joining with an instance id the
+group knows, and no member id, replaces the member that had it: it gets a new member id and
+the old one's assignment, and in a stable group with unchanged subscription it is answered
+at once, without a rebalance (its SyncGroup hands back the assignment). The replaced member
+id is fenced: its heartbeats, syncs, commits and leaves answer FENCED_INSTANCE_ID. A static
+member that stays silent past its session timeout is removed as any other.
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ class Member:
     rebalance_timeout_ms: int
     protocols: list[tuple[str, bytes]]
     assignment: bytes = b""
+    instance_id: str | None = None  # a static member's group.instance.id
     join: asyncio.Future[JoinResult] | None = None
     sync: asyncio.Future[bytes] | None = None
     timer: asyncio.TimerHandle | None = None
@@ -63,6 +71,7 @@ class Group:
     leader: str | None = None
     members: dict[str, Member] = field(default_factory=dict)
     rebalance_timer: asyncio.TimerHandle | None = None
+    static: dict[str, str] = field(default_factory=dict)  # instance id → its member id
 
 
 class GroupCoordinator:
@@ -92,17 +101,32 @@ class GroupCoordinator:
         rebalance_timeout_ms: int,
         protocol_type: str,
         protocols: list[tuple[str, bytes]],
+        instance_id: str | None = None,
     ) -> JoinResult:
-        """Wait for the rebalance this join starts (or joins) to complete."""
+        """Wait for the rebalance this join starts (or joins) to complete; a static member
+        that takes its place back in a stable group is answered at once."""
         if not group_id:
             raise GroupError(ErrorCode.INVALID_GROUP_ID, "the group id must not be empty")
         self._check_session_timeout(session_timeout_ms)
         group = self.known(group_id)
         self._check_protocols(group, protocol_type, protocols)
-        member = self._member_for(group, member_id, client_id, client_host)
+        self._check_instance(group, member_id, instance_id)
+        replaced = group.static.get(instance_id) if instance_id and not member_id else None
+        if replaced is not None and replaced in group.members:
+            member = self._replace_static(group, group.members[replaced])
+            unchanged = self._same_subscription(group, member, protocols)
+        else:
+            member = self._member_for(group, member_id, client_id, client_host)
+            unchanged = False
+        if instance_id:
+            member.instance_id = instance_id
+            group.static[instance_id] = member.member_id
+        member.client_id, member.client_host = client_id or member.client_id, client_host
         member.protocols, member.session_timeout_ms = protocols, session_timeout_ms
         member.rebalance_timeout_ms = rebalance_timeout_ms
         group.protocol_type = protocol_type
+        if unchanged:
+            return self._rejoined(group, member)
         if member.join is not None and not member.join.done():
             member.join.set_exception(GroupError(ErrorCode.REBALANCE_IN_PROGRESS, "joined again"))
             member.join.exception()
@@ -122,6 +146,65 @@ class GroupCoordinator:
                 f"{self.max_session_ms} ms (group_min/max_session_timeout_ms): "
                 "ask for a session timeout inside them",
             )
+
+    @staticmethod
+    def _check_instance(group: Group, member_id: str, instance_id: str | None) -> None:
+        """FENCED_INSTANCE_ID when ``member_id`` speaks for an instance id another member
+        now holds (it was replaced by a newer member with that instance id)."""
+        holder = group.static.get(instance_id) if instance_id else None
+        if member_id and holder is not None and holder != member_id:
+            raise GroupError(
+                ErrorCode.FENCED_INSTANCE_ID,
+                f"member {member_id} was replaced by {holder}, a newer member with "
+                f"group.instance.id {instance_id!r}",
+            )
+
+    def _replace_static(self, group: Group, old: Member) -> Member:
+        """A new member id for a static member that joins again: it keeps the old member's
+        assignment (and leadership); the old member id is fenced from now on."""
+        self._stop_timer(old)
+        for waiter in (old.join, old.sync):
+            if waiter is not None and not waiter.done():
+                waiter.set_exception(GroupError(ErrorCode.FENCED_INSTANCE_ID, "replaced"))
+                waiter.exception()
+        del group.members[old.member_id]
+        member = Member(
+            f"{old.client_id or 'member'}-{uuid.uuid4()}",
+            old.client_id,
+            old.client_host,
+            old.session_timeout_ms,
+            old.rebalance_timeout_ms,
+            old.protocols,
+            assignment=old.assignment,
+        )
+        group.members[member.member_id] = member
+        if group.leader == old.member_id:
+            group.leader = member.member_id
+        return member
+
+    @staticmethod
+    def _same_subscription(
+        group: Group, member: Member, protocols: list[tuple[str, bytes]]
+    ) -> bool:
+        """Whether a replaced static member rejoins a stable group as it was (no rebalance)."""
+        if group.state is not GroupState.STABLE:
+            return False
+        before = member.metadata(group.protocol)
+        return any(name == group.protocol and md == before for name, md in protocols)
+
+    def _rejoined(self, group: Group, member: Member) -> JoinResult:
+        """The answer to a static member back in a stable group: the current generation;
+        the leader gets the members too (its SyncGroup in a stable group changes nothing)."""
+        self._start_timer(group, member)
+        everyone = [(m.member_id, m.metadata(group.protocol)) for m in group.members.values()]
+        leader = group.leader or member.member_id
+        return JoinResult(
+            group.generation,
+            group.protocol or "",
+            leader,
+            member.member_id,
+            everyone if member.member_id == leader else [],
+        )
 
     @staticmethod
     def _member_for(group: Group, member_id: str, client_id: str, client_host: str) -> Member:
@@ -221,10 +304,15 @@ class GroupCoordinator:
     # -- sync, heartbeat, leave -------------------------------------------------------------
 
     async def sync(
-        self, group_id: str, generation: int, member_id: str, assignments: dict[str, bytes]
+        self,
+        group_id: str,
+        generation: int,
+        member_id: str,
+        assignments: dict[str, bytes],
+        instance_id: str | None = None,
     ) -> bytes:
         """This member's assignment; the leader's call supplies everyone's."""
-        group, member = self._member(group_id, generation, member_id)
+        group, member = self._member(group_id, generation, member_id, instance_id)
         if group.state is GroupState.PREPARING_REBALANCE:
             raise GroupError(ErrorCode.REBALANCE_IN_PROGRESS, "the group is rebalancing")
         if group.state is GroupState.STABLE:
@@ -241,23 +329,33 @@ class GroupCoordinator:
                 m.sync = None
         return await waiter
 
-    def heartbeat(self, group_id: str, generation: int, member_id: str) -> None:
+    def heartbeat(
+        self, group_id: str, generation: int, member_id: str, instance_id: str | None = None
+    ) -> None:
         """Keep the member alive; GroupError(REBALANCE_IN_PROGRESS) tells it to rejoin."""
-        group, member = self._member(group_id, generation, member_id)
+        group, member = self._member(group_id, generation, member_id, instance_id)
         self._start_timer(group, member)
         if group.state is GroupState.PREPARING_REBALANCE:
             raise GroupError(ErrorCode.REBALANCE_IN_PROGRESS, "the group is rebalancing: rejoin")
 
-    def leave(self, group_id: str, member_id: str) -> None:
+    def leave(self, group_id: str, member_id: str, instance_id: str | None = None) -> None:
+        """Remove a member (a static one may be named by its instance id alone, as the admin
+        client's remove-members does)."""
         group = self.groups.get(group_id)
+        if group is not None and instance_id:
+            self._check_instance(group, member_id, instance_id)
+            member_id = member_id or group.static.get(instance_id, "")
         member = group.members.get(member_id) if group else None
         if group is None or member is None:
             raise GroupError(ErrorCode.UNKNOWN_MEMBER_ID, f"member {member_id} is not in the group")
         self._remove(group, member)
 
-    def check_commit(self, group_id: str, generation: int, member_id: str) -> None:
+    def check_commit(
+        self, group_id: str, generation: int, member_id: str, instance_id: str | None = None
+    ) -> None:
         """May this member commit offsets now (Kafka's rules)? Raises GroupError if not."""
         group = self.known(group_id)
+        self._check_instance(group, member_id, instance_id)
         if generation < 0 and not group.members:
             return  # an admin, or a consumer outside group management (whatever its id)
         if generation < 0 and not member_id:
@@ -266,12 +364,16 @@ class GroupCoordinator:
                     ErrorCode.ILLEGAL_GENERATION, "the group has members: commit as one"
                 )
             return
-        self._member(group_id, generation, member_id)
+        self._member(group_id, generation, member_id, instance_id)
         if group.state is GroupState.COMPLETING_REBALANCE:
             raise GroupError(ErrorCode.REBALANCE_IN_PROGRESS, "the group is rebalancing")
 
-    def _member(self, group_id: str, generation: int, member_id: str) -> tuple[Group, Member]:
+    def _member(
+        self, group_id: str, generation: int, member_id: str, instance_id: str | None = None
+    ) -> tuple[Group, Member]:
         group = self.groups.get(group_id)
+        if group is not None:
+            self._check_instance(group, member_id, instance_id)
         member = group.members.get(member_id) if group else None
         if group is None or member is None:
             raise GroupError(ErrorCode.UNKNOWN_MEMBER_ID, f"member {member_id} is not in the group")
@@ -301,6 +403,8 @@ class GroupCoordinator:
     def _drop(self, group: Group, member: Member) -> None:
         self._stop_timer(member)
         group.members.pop(member.member_id, None)
+        if member.instance_id and group.static.get(member.instance_id) == member.member_id:
+            del group.static[member.instance_id]
         if member.sync is not None and not member.sync.done():
             member.sync.set_exception(GroupError(ErrorCode.UNKNOWN_MEMBER_ID, "left the group"))
             member.sync.exception()

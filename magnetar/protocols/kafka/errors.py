@@ -61,6 +61,7 @@ class ErrorCode(enum.IntEnum):
     INVALID_RECORD = 87
     UNKNOWN_TOPIC_ID = 100
     FENCED_MEMBER_EPOCH = 110  # KIP-848: the member's epoch is ahead of or unknown to the group
+    UNRELEASED_INSTANCE_ID = 111  # KIP-848: a live member holds the static instance id
     UNSUPPORTED_ASSIGNOR = 112
     STALE_MEMBER_EPOCH = 113  # KIP-848: a commit with an older epoch than the member's
     INVALID_REGULAR_EXPRESSION = 128

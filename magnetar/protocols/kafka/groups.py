@@ -33,12 +33,21 @@ MAX_COMMIT_METADATA = 4096  # bytes; Kafka's offset.metadata.max.bytes default
 Response = dict[str, Any]
 
 
+NO_TRANSACTIONS = (
+    "Kafka transactions are not supported by this server yet: use an idempotent producer "
+    "(enable.idempotence) without transactional.id"
+)
+
+
 async def find_coordinator(svc: Service, session: Session, req: Request) -> Response:
+    """This node coordinates every group. A transaction coordinator is refused at once with
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED, the one answer every client treats as fatal (to
+    COORDINATOR_NOT_AVAILABLE they would retry until their timeout)."""
     s = svc.settings
     if req.api_version >= 1 and req.body.key_type != 0:
         return {
-            "error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE,
-            "error_message": "transactions are not supported",
+            "error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+            "error_message": NO_TRANSACTIONS,
             "node_id": -1,
             "host": "",
             "port": -1,
@@ -88,6 +97,7 @@ async def join_group(svc: Service, session: Session, req: Request) -> Response:
         result = await join(
             b.group_id,
             b.member_id,
+            instance_id=_instance(b),
             client_id=req.client_id,
             client_host=session.peer,
             session_timeout_ms=b.session_timeout_ms,
@@ -99,19 +109,36 @@ async def join_group(svc: Service, session: Session, req: Request) -> Response:
         return {
             "error_code": e.wire_code,
             "generation_id": -1,
+            "protocol_type": b.protocol_type,
             "protocol_name": "",
             "leader": "",
             "member_id": b.member_id,
             "members": [],
         }
+    instances = _instances(svc, b.group_id)
     return {
         "error_code": 0,
         "generation_id": result.generation,
+        "protocol_type": b.protocol_type,
         "protocol_name": result.protocol,
         "leader": result.leader,
         "member_id": result.member_id,
-        "members": [{"member_id": m, "metadata": md} for m, md in result.members],
+        "members": [
+            {"member_id": m, "group_instance_id": instances.get(m), "metadata": md}
+            for m, md in result.members
+        ],
     }
+
+
+def _instance(body: Any) -> str | None:
+    """A request's group.instance.id (static membership, JoinGroup v5+ and friends)."""
+    return getattr(body, "group_instance_id", None) or None
+
+
+def _instances(svc: Service, group_id: str) -> dict[str, str]:
+    """member id → instance id of a classic group's static members."""
+    group = svc.groups.group(group_id)
+    return {} if group is None else {m: i for i, m in group.static.items()}
 
 
 async def sync_group(svc: Service, session: Session, req: Request) -> Response:
@@ -123,10 +150,15 @@ async def sync_group(svc: Service, session: Session, req: Request) -> Response:
         if svc.consumer_groups.active(b.group_id):
             mine = svc.consumer_groups.classic_sync(b.group_id, b.generation_id, b.member_id)
             return {"error_code": 0, "assignment": mine}
-        mine = await svc.groups.sync(b.group_id, b.generation_id, b.member_id, assignments)
+        mine = await svc.groups.sync(
+            b.group_id, b.generation_id, b.member_id, assignments, _instance(b)
+        )
     except GroupError as e:
         return {"error_code": e.wire_code, "assignment": b""}
-    return {"error_code": 0, "assignment": mine}
+    group = svc.groups.group(b.group_id)
+    protocol = group.protocol if group is not None else None
+    return {"error_code": 0, "protocol_type": getattr(b, "protocol_type", None),
+            "protocol_name": protocol, "assignment": mine}  # fmt: skip
 
 
 async def heartbeat(svc: Service, session: Session, req: Request) -> Response:
@@ -137,23 +169,40 @@ async def heartbeat(svc: Service, session: Session, req: Request) -> Response:
         if svc.consumer_groups.active(b.group_id):
             await svc.consumer_groups.classic_heartbeat(b.group_id, b.generation_id, b.member_id)
             return {"error_code": 0}
-        svc.groups.heartbeat(b.group_id, b.generation_id, b.member_id)
+        svc.groups.heartbeat(b.group_id, b.generation_id, b.member_id, _instance(b))
     except GroupError as e:
         return {"error_code": e.wire_code}
     return {"error_code": 0}
 
 
 async def leave_group(svc: Service, session: Session, req: Request) -> Response:
-    if await _not_coordinator(svc, req.body.group_id):
-        return {"error_code": ErrorCode.NOT_COORDINATOR}
+    """One member (v0-2), or a batch of members by member or instance id (v3+, KIP-345:
+    the admin client removes static members by instance id), each answered on its own."""
+    b = req.body
+    if await _not_coordinator(svc, b.group_id):
+        return {"error_code": ErrorCode.NOT_COORDINATOR, "members": []}
+    if req.api_version < 3:
+        return {"error_code": _leave(svc, b.group_id, b.member_id, None)}
+    members = [
+        {
+            "member_id": m.member_id,
+            "group_instance_id": m.group_instance_id,
+            "error_code": _leave(svc, b.group_id, m.member_id, m.group_instance_id),
+        }
+        for m in b.members
+    ]
+    return {"error_code": 0, "members": members}
+
+
+def _leave(svc: Service, group_id: str, member_id: str, instance_id: str | None) -> ErrorCode:
     try:
-        if svc.consumer_groups.active(req.body.group_id):
-            svc.consumer_groups.classic_leave(req.body.group_id, req.body.member_id)
-            return {"error_code": 0}
-        svc.groups.leave(req.body.group_id, req.body.member_id)
+        if svc.consumer_groups.active(group_id):
+            svc.consumer_groups.classic_leave(group_id, member_id)
+        else:
+            svc.groups.leave(group_id, member_id, instance_id)
     except GroupError as e:
-        return {"error_code": e.wire_code}
-    return {"error_code": 0}
+        return e.wire_code
+    return ErrorCode.NONE
 
 
 # -- KIP-848 consumer groups (group.protocol=consumer) --------------------------------------
@@ -228,7 +277,7 @@ async def offset_commit(svc: Service, session: Session, req: Request) -> Respons
     epoch = b.generation_id_or_member_epoch
     try:
         if not svc.consumer_groups.check_commit(b.group_id, b.member_id, epoch):
-            svc.groups.check_commit(b.group_id, epoch, b.member_id)
+            svc.groups.check_commit(b.group_id, epoch, b.member_id, _instance(b))
     except GroupError as e:
         group_error = e.wire_code
     if await _not_coordinator(svc, b.group_id):
@@ -408,6 +457,7 @@ def _describe(group_id: str, group: Group | None) -> Response:
     members = [
         {
             "member_id": m.member_id,
+            "group_instance_id": m.instance_id,
             "client_id": m.client_id,
             "client_host": m.client_host,
             "member_metadata": m.metadata(group.protocol),

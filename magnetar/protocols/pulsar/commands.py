@@ -13,18 +13,23 @@ import struct
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from magnetar.broker import AccessMode, Consumer, SubType
+from magnetar.broker import AccessMode, Consumer, SubType, Topic
 from magnetar.broker.errors import InvalidRequestError
 from magnetar.broker.formats import PULSAR
+from magnetar.broker.non_persistent import NonPersistentTopic
 from magnetar.broker.schemas import SchemaInfo
 from magnetar.core.entries import Entry
 from magnetar.core.ids import MessageId
-from magnetar.core.names import parse_namespace
+from magnetar.core.names import TopicName, parse_namespace
 from magnetar.protocols.pulsar import compression, entry_format, responses
 from magnetar.protocols.pulsar._proto import pulsar_api_pb2 as pb
 from magnetar.protocols.pulsar.errors import MessageRefusedError
 from magnetar.protocols.pulsar.frames import Frame
-from magnetar.protocols.pulsar.handles import ConsumerHandle, ProducerHandle
+from magnetar.protocols.pulsar.handles import (
+    ConsumerHandle,
+    ProducerHandle,
+    TransientConsumerHandle,
+)
 from magnetar.protocols.pulsar.message_ids import from_wire
 
 if TYPE_CHECKING:
@@ -34,6 +39,7 @@ log = logging.getLogger(__name__)
 T = pb.BaseCommand.Type
 Handler = Callable[[Frame], Awaitable[None] | None]
 DUPLICATE_ID = MessageId(-1, -1)
+NON_PERSISTENT = "non-persistent"
 
 
 class Commands:
@@ -122,7 +128,12 @@ class Commands:
     async def _on_get_topics_of_namespace(self, frame: Frame) -> None:
         cmd = frame.command.get_topics_of_namespace
         tenant, namespace = parse_namespace(cmd.namespace)
-        topics = await self.broker.list_topics(tenant, namespace)
+        mode = pb.CommandGetTopicsOfNamespace.Mode
+        topics: list[str] = []
+        if cmd.mode in (mode.PERSISTENT, mode.ALL):
+            topics += await self.broker.list_topics(tenant, namespace)
+        if cmd.mode in (mode.NON_PERSISTENT, mode.ALL):
+            topics += await self.broker.list_non_persistent_topics(tenant, namespace)
         self.conn.write(responses.get_topics_of_namespace_response(cmd.request_id, topics))
 
     # -- producers ----------------------------------------------------------------------
@@ -130,7 +141,11 @@ class Commands:
     async def _on_producer(self, frame: Frame) -> None:
         cmd = frame.command.producer
         name = self.conn.topic_name(cmd.topic)
-        topic = await self.broker.get_topic(name)
+        topic: Topic | NonPersistentTopic
+        if name.domain == NON_PERSISTENT:
+            topic = await self.broker.get_non_persistent_topic(name)
+        else:
+            topic = await self.broker.get_topic(name)
         version = None
         if cmd.HasField("schema") and pb.Schema.Type.Name(cmd.schema.type) != "NONE":
             strategy = await self.broker.schema_strategy(name)
@@ -195,7 +210,10 @@ class Commands:
             fmt=PULSAR,
         )
         mid = DUPLICATE_ID
-        if result.entry is not None:
+        if isinstance(handle.topic, NonPersistentTopic):
+            assert result.entry is not None
+            mid = handle.topic.message_id(result.entry)
+        elif result.entry is not None:
             mid = handle.topic.ledger.message_id(result.entry)
         mid = MessageId(mid.ledger_id, mid.entry_id, -1, handle.partition)
         highest = cmd.highest_sequence_id if cmd.HasField("highest_sequence_id") else None
@@ -218,6 +236,9 @@ class Commands:
     async def _on_subscribe(self, frame: Frame) -> None:
         cmd = frame.command.subscribe
         name = self.conn.topic_name(cmd.topic)
+        if name.domain == NON_PERSISTENT:
+            await self._subscribe_non_persistent(cmd, name)
+            return
         topic = await self.broker.get_topic(name)
         if cmd.HasField("schema") and pb.Schema.Type.Name(cmd.schema.type) != "NONE":
             strategy = await self.broker.schema_strategy(name)
@@ -249,6 +270,22 @@ class Commands:
         self.conn.register_consumer(ConsumerHandle(consumer, sub, topic, name.partition))
         self.conn.write(responses.success(cmd.request_id))
 
+    async def _subscribe_non_persistent(self, cmd: pb.CommandSubscribe, name: TopicName) -> None:
+        topic = await self.broker.get_non_persistent_topic(name)
+        sub_type = self.conn.sub_type(cmd.sub_type)
+        if cmd.read_compacted:
+            raise InvalidRequestError("non-persistent topics have no compacted view")
+        sub = await topic.subscription(cmd.subscription, sub_type)
+        consumer = Consumer(
+            cmd.consumer_id,
+            cmd.consumer_name or f"consumer-{cmd.consumer_id}",
+            self.conn,
+            priority=cmd.priority_level,
+        )
+        sub.add_consumer(consumer, sub_type)
+        self.conn.register_consumer(TransientConsumerHandle(consumer, sub, topic, name.partition))
+        self.conn.write(responses.success(cmd.request_id))
+
     def _on_flow(self, frame: Frame) -> None:
         cmd = frame.command.flow
         handle = self.conn.consumers.get(cmd.consumer_id)
@@ -259,6 +296,10 @@ class Commands:
         cmd = frame.command.ack
         handle = self.conn.consumers.get(cmd.consumer_id)
         if handle is None:
+            return None
+        if isinstance(handle, TransientConsumerHandle):  # nothing to acknowledge
+            if cmd.HasField("request_id"):
+                self.conn.write(responses.ack_response(cmd.consumer_id, cmd.request_id))
             return None
         if cmd.HasField("validation_error"):
             _log_discarded(handle, cmd)  # and acknowledge them, as Pulsar does
@@ -322,7 +363,7 @@ class Commands:
     def _on_redeliver(self, frame: Frame) -> None:
         cmd = frame.command.redeliver_unacknowledged_messages
         handle = self.conn.consumers.get(cmd.consumer_id)
-        if handle is None:
+        if not isinstance(handle, ConsumerHandle):  # none, or non-persistent: nothing kept
             return
         ledger = handle.topic.ledger
         bases = None
@@ -373,6 +414,9 @@ class Commands:
                 responses.error(cmd.request_id, pb.ServerError.ConsumerNotFound, "no such consumer")
             )
             return
+        if isinstance(handle, TransientConsumerHandle):
+            self.conn.write(_not_on_non_persistent(cmd.request_id, "seek"))
+            return
         ledger, sub = handle.topic.ledger, handle.subscription
         if cmd.HasField("message_publish_time"):
             offset = await ledger.find_offset(cmd.message_publish_time)
@@ -391,6 +435,9 @@ class Commands:
             self.conn.write(
                 responses.error(cmd.request_id, pb.ServerError.ConsumerNotFound, "no such consumer")
             )
+            return
+        if isinstance(handle, TransientConsumerHandle):
+            self.conn.write(_not_on_non_persistent(cmd.request_id, "GetLastMessageId"))
             return
         ledger = handle.topic.ledger
         mid = MessageId(ledger.segments()[-1].segment_id, -1, -1, handle.partition)
@@ -445,6 +492,14 @@ class Commands:
                 cmd.request_id, responses.schema_version_bytes(n)
             )
         )
+
+
+def _not_on_non_persistent(request_id: int, what: str) -> bytes:
+    return responses.error(
+        request_id,
+        pb.ServerError.NotAllowedError,
+        f"{what} is not supported on non-persistent topics",
+    )
 
 
 def _schema_info(schema: pb.Schema) -> SchemaInfo:

@@ -5,12 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from magnetar.broker import Consumer, Producer, Subscription, Topic
+from magnetar.broker.non_persistent import NonPersistentSubscription, NonPersistentTopic
 
 
 @dataclass(eq=False)
 class ProducerHandle:
     producer: Producer
-    topic: Topic
+    topic: Topic | NonPersistentTopic
     partition: int
 
 
@@ -20,3 +21,16 @@ class ConsumerHandle:
     subscription: Subscription
     topic: Topic
     partition: int
+
+
+@dataclass(eq=False)
+class TransientConsumerHandle:
+    """A consumer of a non-persistent topic: no cursor, no ledger behind it."""
+
+    consumer: Consumer
+    subscription: NonPersistentSubscription
+    topic: NonPersistentTopic
+    partition: int
+
+
+AnyConsumerHandle = ConsumerHandle | TransientConsumerHandle

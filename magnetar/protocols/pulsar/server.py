@@ -40,7 +40,11 @@ from magnetar.protocols.pulsar.frames import (
     Frame,
     FrameDecoder,
 )
-from magnetar.protocols.pulsar.handles import ConsumerHandle, ProducerHandle
+from magnetar.protocols.pulsar.handles import (
+    AnyConsumerHandle,
+    ProducerHandle,
+    TransientConsumerHandle,
+)
 from magnetar.protocols.pulsar.message_ids import to_wire
 
 log = logging.getLogger(__name__)
@@ -133,8 +137,8 @@ class Connection(asyncio.Protocol):
         self.decoder = FrameDecoder(server.max_message_size + FRAME_PADDING)
         self.transport: asyncio.Transport | None = None
         self.producers: dict[int, ProducerHandle] = {}
-        self.consumers: dict[int, ConsumerHandle] = {}
-        self._by_consumer: dict[int, ConsumerHandle] = {}  # id(Consumer) → handle
+        self.consumers: dict[int, AnyConsumerHandle] = {}
+        self._by_consumer: dict[int, AnyConsumerHandle] = {}  # id(Consumer) → handle
         self._opening: dict[int, asyncio.Task[object]] = {}  # producer id → PRODUCER task
         self._tasks: set[asyncio.Task[None]] = set()
         self.ack_tasks: set[asyncio.Task[None]] = set()
@@ -310,8 +314,12 @@ class Connection(asyncio.Protocol):
         if handle is None:
             return
         self._by_consumer.pop(id(handle.consumer), None)
-        handle.subscription.remove_consumer(handle.consumer)
-        await handle.topic.drop_if_unused(handle.subscription)
+        if isinstance(handle, TransientConsumerHandle):
+            handle.subscription.remove_consumer(handle.consumer)
+            await handle.topic.drop_if_unused(handle.subscription)
+        else:
+            handle.subscription.remove_consumer(handle.consumer)
+            await handle.topic.drop_if_unused(handle.subscription)
 
     @contextlib.contextmanager
     def opening_producer(self, producer_id: int) -> Iterator[None]:
@@ -365,7 +373,7 @@ class Connection(asyncio.Protocol):
 
     # -- helpers shared by the command handlers ------------------------------------------
 
-    def register_consumer(self, handle: ConsumerHandle) -> None:
+    def register_consumer(self, handle: AnyConsumerHandle) -> None:
         handle.consumer.paused = self.paused
         self.consumers[handle.consumer.consumer_id] = handle
         self._by_consumer[id(handle.consumer)] = handle
