@@ -102,6 +102,7 @@ class Standalone:
             await node.offload.start()
             tls = settings.tls_files
             ssl_context = tls.server_context() if tls is not None else None
+            authenticator = settings.authenticator()
             node.pulsar = PulsarServer(
                 broker,
                 host=settings.bind_address,
@@ -112,6 +113,9 @@ class Standalone:
                 limits=_connection_limits(settings),
                 tls_port=settings.pulsar_tls_port,
                 ssl_context=ssl_context,
+                authenticator=authenticator,
+                anonymous_role=settings.anonymous_user_role,
+                refresh_interval=settings.authentication_refresh_check_seconds,
             )
             host = settings.bind_address
             await listening("pulsar_port", host, settings.pulsar_port, node.pulsar.start())
@@ -122,6 +126,7 @@ class Standalone:
                 _kafka_settings(settings, kafka_node),
                 _connection_limits(settings),
                 ssl_context=ssl_context,
+                authenticator=authenticator,
             )
             await listening("kafka_port", host, settings.kafka_port, node.kafka.start())
             ssl_port = settings.kafka_ssl_port
@@ -147,6 +152,8 @@ class Standalone:
                 https_port=settings.https_port,
                 ssl_context=ssl_context,
                 service_url_tls=node.pulsar.service_url_tls,
+                authenticator=authenticator,
+                anonymous_role=settings.anonymous_user_role,
             )
             node.views = ViewService(settings, meta, broker)
             node.http.extra_routes += view_routes(node.views)
@@ -183,7 +190,22 @@ class Standalone:
             f"(journal {s.journal_path}, ledgers {s.ledger_path}, metadata {s.metadata}, "
             f"fsync {s.fsync}, tier {s.tier}); pulsar {pulsar}; kafka {kafka}; http {http}; "
             f"flight {flight}; {tls}"
-            f"{len(self.storage.partitions())} partition(s)"
+            f"{len(self.storage.partitions())} partition(s); {self._security()}"
+        )
+
+    def _security(self) -> str:
+        """What protects the ports, said at start: an open node says so."""
+        s = self.settings
+        if s.authentication_enabled:
+            return f"authentication on ({s.authentication_providers})"
+        where = (
+            "bound to localhost only"
+            if s.bind_address in ("127.0.0.1", "localhost", "::1")
+            else f"bound to {s.bind_address or 'every address'}: anyone who reaches it"
+        )
+        return (
+            f"security: none (authentication off; {where} can read, write and administer "
+            "everything; see docs/security.md)"
         )
 
     async def aclose(self) -> None:

@@ -17,6 +17,7 @@ from magnetar.cli.admin import add_admin
 from magnetar.cli.client import add_client
 from magnetar.cli.cluster import add_cluster
 from magnetar.cli.rest import RestClient, admin_url
+from magnetar.cli.tokens import add_tokens
 from magnetar.cli.views import add_views
 from magnetar.core.config import Settings, build_settings
 from magnetar.core.errors import MagnetarError
@@ -66,6 +67,29 @@ _STANDALONE_FLAGS: list[tuple[str, str, type, str]] = [
         "tls_require_trusted_client_cert",
         str,
         "refuse TLS clients without a trusted certificate (mTLS): true | false (default)",
+    ),
+    (
+        "--authentication-enabled",
+        "authentication_enabled",
+        str,
+        "clients must authenticate: true | false (default: anyone who reaches a port)",
+    ),
+    (
+        "--authentication-providers",
+        "authentication_providers",
+        str,
+        "comma-separated: token, basic, tls (default token)",
+    ),
+    ("--token-secret-key", "token_secret_key", str, "HS256 key: file:///PATH or data:;base64,"),
+    ("--token-public-key", "token_public_key", str, "RS256/ES256 public key: file:///PATH"),
+    ("--token-auth-claim", "token_auth_claim", str, "claim naming the role (default sub)"),
+    ("--basic-auth-conf", "basic_auth_conf", str, "htpasswd file of the basic provider"),
+    ("--anonymous-user-role", "anonymous_user_role", str, "role of clients sending nothing"),
+    (
+        "--authentication-refresh-check-seconds",
+        "authentication_refresh_check_seconds",
+        float,
+        "how often Pulsar connections are checked for an expired token (default 60)",
     ),
     ("--group-min-session-timeout-ms", "group_min_session_timeout_ms", int, "shortest session ms"),
     ("--group-max-session-timeout-ms", "group_max_session_timeout_ms", int, "longest session ms"),
@@ -263,6 +287,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_admin(commands)
     add_client(commands)
     add_views(commands)
+    add_tokens(commands)
     return parser
 
 

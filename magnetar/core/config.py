@@ -14,10 +14,13 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from magnetar.core.errors import ConfigError
 from magnetar.core.tls import TlsFiles
+
+if TYPE_CHECKING:
+    from magnetar.core.authentication import Authenticator
 
 ENV_PREFIX = "MAGNETAR_"
 MiB = 1024 * 1024
@@ -85,6 +88,19 @@ class Settings:
     # refuse a TLS client without a certificate signed by a trusted CA (mTLS; Pulsar's
     # tlsRequireTrustedClientCertOnConnect)
     tls_require_trusted_client_cert: bool = False
+    # authentication (docs/security.md): every listener asks clients who they are
+    authentication_enabled: bool = False
+    # comma-separated: token, basic, tls (or Pulsar's AuthenticationProvider* class names)
+    authentication_providers: str = "token"
+    token_secret_key: str = ""  # HS256 key: file:///PATH, data:;base64,..., or a path
+    token_public_key: str = ""  # RS256 / ES256 public key (DER or PEM), same forms
+    token_auth_claim: str = "sub"  # the claim naming the role
+    basic_auth_conf: str = ""  # htpasswd-style file of the basic provider
+    # the role of a client that sends no credential; empty: such clients are refused
+    anonymous_user_role: str = ""
+    # how often long-lived Pulsar connections are checked for an expired credential (which
+    # is then refreshed through AUTH_CHALLENGE, or the connection closed)
+    authentication_refresh_check_seconds: float = 60.0
     kafka_namespace: str = "public/default"  # Kafka topic NAME = persistent://<this>/NAME
     # session timeouts a Kafka group member may ask for (Kafka's group.min/max.session.timeout.ms)
     group_min_session_timeout_ms: int = 6_000
@@ -193,6 +209,22 @@ class Settings:
             self.tls_require_trusted_client_cert,
         )
 
+    def authenticator(self) -> Authenticator | None:
+        """The node's authenticator when authentication is on (reads the key files: a
+        ConfigError names the setting that is wrong), else None."""
+        if not self.authentication_enabled:
+            return None
+        # PyJWT and cryptography load only on nodes that authenticate
+        from magnetar.core.authentication import build_authenticator
+
+        return build_authenticator(
+            self.authentication_providers,
+            token_secret_key=self.token_secret_key,
+            token_public_key=self.token_public_key,
+            token_auth_claim=self.token_auth_claim,
+            basic_auth_conf=self.basic_auth_conf,
+        )
+
     @property
     def metadata(self) -> str:
         return self.metadata_url or f"sqlite:///{self.data_dir / 'metadata.db'}"
@@ -238,6 +270,7 @@ _POSITIVE = {
     "group_consumer_heartbeat_interval_ms",
     "group_consumer_session_timeout_ms",
     "retention_check_interval",
+    "authentication_refresh_check_seconds",
     "offload_check_interval",
     "offload_row_group_rows",
     "views_max_batch_events",

@@ -22,8 +22,10 @@ from magnetar.broker import errors as be
 from magnetar.broker.admin import PreconditionFailedError, TopicAdmin
 from magnetar.broker.offload import OffloadService
 from magnetar.broker.ownership import BrokerInfo
+from magnetar.core.authentication import AuthenticationError, Authenticator, Identity
 from magnetar.core.errors import InvalidNameError, MagnetarError
 from magnetar.core.names import TopicName, check_namespace, check_tenant, check_topic
+from magnetar.core.tls import peer_common_name
 from magnetar.http import messages, reading, schemas, tenants, topics
 from magnetar.http.bodies import MAX_BODY_BYTES, BodyTooLargeError
 from magnetar.http.broker_metrics import BrokerMetrics
@@ -98,6 +100,40 @@ async def valid_names(request: web.Request, handler: Handler) -> web.StreamRespo
     return await handler(request)
 
 
+# open without a credential, as Pulsar leaves them (authenticateMetricsEndpoint=false): the
+# metrics, the API description and the console's own files (its API calls authenticate)
+_OPEN_PATHS = ("/metrics", "/docs", "/openapi.json")
+
+
+def authenticate(authenticator: Authenticator, anonymous_role: str) -> Any:
+    """Every request proves who it is (Authorization: Bearer / Basic, or a client
+    certificate over HTTPS); a missing or bad credential is a 401 with the reason, and the
+    request is not handled. The identity is left in ``request["identity"]``."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        path = request.path
+        if path in _OPEN_PATHS or (request.method == "GET" and path.startswith("/console")):
+            return await handler(request)
+        header = request.headers.get("Authorization")
+        cn = peer_common_name(request.transport.get_extra_info("ssl_object")) if (
+            request.transport is not None) else None  # fmt: skip
+        if not header and not cn and anonymous_role:
+            request["identity"] = Identity(anonymous_role, "anonymous")
+            return await handler(request)
+        try:
+            request["identity"] = authenticator.from_http_header(header, cn)
+        except AuthenticationError as e:
+            return web.json_response(
+                {"reason": str(e)},
+                status=401,
+                headers={"WWW-Authenticate": 'Bearer realm="magnetar"'},
+            )
+        return await handler(request)
+
+    return middleware
+
+
 def redirect_to_owner(broker: Broker) -> Any:
     """Admin calls on a topic another broker owns answer 307 to that broker (Pulsar's
     behaviour with several brokers); a topic nobody owns is served, and so taken, here."""
@@ -145,7 +181,11 @@ class HttpServer:
         https_port: int | None = None,
         ssl_context: ssl.SSLContext | None = None,
         service_url_tls: str | None = None,
+        authenticator: Authenticator | None = None,
+        anonymous_role: str = "",
     ):
+        self.authenticator = authenticator  # None: every request is served, as before
+        self.anonymous_role = anonymous_role
         self.broker = broker
         self.host = host
         self.port = port
@@ -196,10 +236,10 @@ class HttpServer:
         return table + self.extra_routes
 
     def build_app(self) -> web.Application:
-        app = web.Application(
-            middlewares=[errors_as_json, valid_names, redirect_to_owner(self.broker)],
-            client_max_size=MAX_BODY_BYTES,
-        )
+        middlewares = [errors_as_json, valid_names, redirect_to_owner(self.broker)]
+        if self.authenticator is not None:
+            middlewares.insert(1, authenticate(self.authenticator, self.anonymous_role))
+        app = web.Application(middlewares=middlewares, client_max_size=MAX_BODY_BYTES)
         table = self.routes()
         spec = openapi(table, __version__)
 

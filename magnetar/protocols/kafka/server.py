@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from magnetar.broker import Broker
+from magnetar.core.authentication import AuthenticationError, Authenticator
 from magnetar.core.connections import (
     ConnectionGate,
     ConnectionLimits,
@@ -33,6 +34,7 @@ from magnetar.core.connections import (
     peer_ip,
 )
 from magnetar.core.metrics import Histogram
+from magnetar.core.tls import peer_common_name
 from magnetar.protocols.kafka import (
     admin,
     alter_configs,
@@ -40,6 +42,7 @@ from magnetar.protocols.kafka import (
     group_admin,
     groups,
     produce,
+    sasl,
     topic_admin,
     wire,
 )
@@ -78,7 +81,11 @@ HANDLERS: dict[int, Handler] = {
     wire.INCREMENTAL_ALTER_CONFIGS: alter_configs.incremental_alter_configs,
     wire.DELETE_GROUPS: group_admin.delete_groups,
     wire.OFFSET_DELETE: group_admin.offset_delete,
+    wire.SASL_HANDSHAKE: sasl.sasl_handshake,
+    wire.SASL_AUTHENTICATE: sasl.sasl_authenticate,
 }
+# what a connection may ask before it has authenticated (with authentication on)
+_BEFORE_AUTHENTICATION = {wire.API_VERSIONS, wire.SASL_HANDSHAKE, wire.SASL_AUTHENTICATE}
 MAX_IN_FLIGHT = 64  # requests per connection before reading pauses (or pending bytes cap)
 
 
@@ -91,10 +98,11 @@ class KafkaServer:
         settings: KafkaSettings,
         limits: ConnectionLimits | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        authenticator: Authenticator | None = None,
     ) -> None:
         if ssl_context is None:  # no SSL listener without a context
             settings = dataclasses.replace(settings, ssl_port=None)
-        self.service = Service(broker, settings)
+        self.service = Service(broker, settings, authenticator)
         self.limits = limits or ConnectionLimits()
         self.gate = ConnectionGate("Kafka", self.limits)
         self.ssl_context = ssl_context
@@ -175,9 +183,22 @@ class Connection(asyncio.Protocol):
         self.transport = transport
         self.load.transport = transport
         self.server.connections.add(self)
+        self._authenticate_by_certificate(transport)
         loop = asyncio.get_running_loop()
         self._last_active = loop.time()
         self._timer = loop.call_later(self.server.limits.handshake_timeout, self._check_idle)
+
+    def _authenticate_by_certificate(self, transport: asyncio.Transport) -> None:
+        """On the SSL listener, a trusted client certificate is the connection's identity
+        when the tls provider is on (Kafka's SSL listener with ssl.client.auth)."""
+        auth = self.service.authenticator
+        cn = peer_common_name(transport.get_extra_info("ssl_object"))
+        if auth is None or cn is None or "tls" not in auth.providers:
+            return
+        try:
+            self.session.identity = auth.authenticate("tls", b"", cn)
+        except AuthenticationError:
+            return
 
     def _check_idle(self) -> None:
         """Close the connection if it missed its handshake, or sat idle too long (no bytes
@@ -240,6 +261,18 @@ class Connection(asyncio.Protocol):
             self._refuse(e)
             return
         self.session.client_id = request.client_id
+        if (
+            self.service.authenticator is not None
+            and self.session.identity is None
+            and request.api_key not in _BEFORE_AUTHENTICATION
+        ):  # Kafka: "Unexpected Kafka request ... during SASL handshake", and closes
+            log.info(
+                "closing Kafka connection from %s: API %d before SASL authentication",
+                self.session.peer,
+                request.api_key,
+            )
+            self.close()
+            return
         task = asyncio.get_running_loop().create_task(self._handle(request))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -308,6 +341,8 @@ class Connection(asyncio.Protocol):
                 self.transport.write(data)
                 self._last_active = asyncio.get_running_loop().time()
             self.load.done(size)
+        if self.session.close_after_answer and not self._pending:
+            self.close()  # a refused authentication was answered: Kafka closes
 
     def _refuse(self, error: KafkaProtocolError) -> None:
         log.warning("closing Kafka connection from %s: %s", self.session.peer, error)

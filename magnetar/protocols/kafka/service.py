@@ -14,6 +14,7 @@ import weakref
 from dataclasses import dataclass, field
 
 from magnetar.broker import AccessMode, Broker, Producer, Topic
+from magnetar.core.authentication import Authenticator, Identity
 from magnetar.core.errors import MagnetarError
 from magnetar.core.metrics import Histogram
 from magnetar.meta import reserve_block
@@ -48,9 +49,12 @@ class KafkaSettings:
 class Service:
     """Per-listener state shared by every connection."""
 
-    def __init__(self, broker: Broker, settings: KafkaSettings) -> None:
+    def __init__(
+        self, broker: Broker, settings: KafkaSettings, authenticator: Authenticator | None = None
+    ) -> None:
         self.broker = broker
         self.settings = settings
+        self.authenticator = authenticator  # None: no SASL, every connection is served
         self.topics = KafkaTopics(broker, settings.namespace)
         self.groups = GroupCoordinator(
             settings.min_session_timeout_ms, settings.max_session_timeout_ms
@@ -125,6 +129,9 @@ class Session:
     client_id: str = ""
     peer: str = "?"
     tls: bool = False  # arrived on the SSL listener: brokers are named by their SSL address
+    identity: Identity | None = None  # who authenticated (with authentication on)
+    sasl_mechanism: str | None = None  # chosen by SaslHandshake
+    close_after_answer: bool = False  # a refused authentication: answer, then close
     token: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     producers: dict[int, Producer] = field(default_factory=dict)  # id(topic) → producer
     # (topic, partition) → whose turn it is to be admitted (see produce._produce_partition)

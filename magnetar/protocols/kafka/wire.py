@@ -25,7 +25,13 @@ with warnings.catch_warnings():
     # kafka-python 3.0.12 loads its JSON schemas with importlib.resources.read_text, which
     # Python 3.11-3.12 flag as deprecated; nothing a Magnetar user can act on.
     warnings.simplefilter("ignore", DeprecationWarning)
-    from kafka.protocol import admin, consumer, metadata, producer  # type: ignore[import-untyped]
+    from kafka.protocol import (  # type: ignore[import-untyped]
+        admin,
+        consumer,
+        metadata,
+        producer,
+        sasl,
+    )
     from kafka.protocol.api_header import (  # type: ignore[import-untyped]
         ResponseClassRegistry,
     )
@@ -42,6 +48,7 @@ CONSUMER_GROUP_HEARTBEAT, CONSUMER_GROUP_DESCRIBE = 68, 69
 DELETE_RECORDS, ALTER_CONFIGS, DESCRIBE_LOG_DIRS, CREATE_PARTITIONS = 21, 33, 35, 37
 DELETE_GROUPS, ELECT_LEADERS, INCREMENTAL_ALTER_CONFIGS, OFFSET_DELETE = 42, 43, 44, 47
 DESCRIBE_TOPIC_PARTITIONS = 75
+SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
 _OWN_SCHEMAS = "magnetar.protocols.kafka.schemas"  # messages kafka-python does not ship
 
 
@@ -102,6 +109,9 @@ _APIS: dict[int, tuple[Any, Any, int, int]] = {
         0,
         0,
     ),
+    # v0 handshakes are followed by bare SASL tokens outside Kafka framing: not served
+    SASL_HANDSHAKE: (sasl.SaslHandshakeRequest, sasl.SaslHandshakeResponse, 1, 1),
+    SASL_AUTHENTICATE: (sasl.SaslAuthenticateRequest, sasl.SaslAuthenticateResponse, 0, 2),
 }
 SUPPORTED: Mapping[int, tuple[int, int]] = {k: (v[2], v[3]) for k, v in _APIS.items()}
 _PREFIX = struct.Struct(">hhi")

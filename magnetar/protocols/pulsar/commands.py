@@ -18,6 +18,7 @@ from magnetar.broker.errors import InvalidRequestError
 from magnetar.broker.formats import PULSAR
 from magnetar.broker.non_persistent import NonPersistentTopic
 from magnetar.broker.schemas import SchemaInfo
+from magnetar.core.authentication import AuthenticationError
 from magnetar.core.entries import Entry
 from magnetar.core.ids import MessageId
 from magnetar.core.names import TopicName, parse_namespace
@@ -54,6 +55,7 @@ class Commands:
             T.CONNECT: self._on_connect,
             T.PING: self._on_ping,
             T.PONG: lambda f: None,
+            T.AUTH_RESPONSE: self._on_auth_response,
             T.PARTITIONED_METADATA: self._on_partitioned_metadata,
             T.LOOKUP: self._on_lookup,
             T.PRODUCER: self._on_producer,
@@ -75,8 +77,33 @@ class Commands:
     # -- connection and discovery -------------------------------------------------------
 
     def _on_connect(self, frame: Frame) -> None:
+        cmd = frame.command.connect
+        self.conn.client_protocol = cmd.protocol_version
+        if self.conn.server.authenticator is not None:
+            try:
+                identity = self.conn.authenticate(cmd.auth_method_name, cmd.auth_data)
+            except AuthenticationError as e:
+                self.conn.refuse(e)
+                return
+            self.conn.authenticated(identity)
         self.conn.handshake_done()
-        self.conn.write(self.conn.connected_reply(frame.command.connect.protocol_version))
+        self.conn.write(self.conn.connected_reply(cmd.protocol_version))
+
+    def _on_auth_response(self, frame: Frame) -> None:
+        """The client's fresh credential after an AUTH_CHALLENGE: valid, the connection goes
+        on; invalid, refused and closed."""
+        if self.conn.server.authenticator is None:
+            return
+        answer = frame.command.auth_response.response
+        try:
+            identity = self.conn.authenticate(answer.auth_method_name, answer.auth_data)
+        except AuthenticationError as e:
+            self.conn.refuse(e)
+            return
+        if self.conn.identity is not None and identity.role != self.conn.identity.role:
+            self.conn.refuse(AuthenticationError("a renewed credential may not change the role"))
+            return
+        self.conn.authenticated(identity)
 
     def _on_ping(self, frame: Frame) -> None:
         self.conn.write(responses.pong())

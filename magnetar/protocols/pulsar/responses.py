@@ -46,6 +46,16 @@ def connected(
     return encode_command(pb.BaseCommand(type=_Type.CONNECTED, connected=body))
 
 
+def auth_challenge(method: str, data: bytes, server_version: str, protocol_version: int) -> bytes:
+    """Ask the client for a fresh credential (its token expired), as Pulsar does."""
+    body = pb.CommandAuthChallenge(
+        server_version=server_version,
+        challenge=pb.AuthData(auth_method_name=method, auth_data=data),
+        protocol_version=protocol_version,
+    )
+    return encode_command(pb.BaseCommand(type=_Type.AUTH_CHALLENGE, auth_challenge=body))
+
+
 def ping() -> bytes:
     return encode_command(pb.BaseCommand(type=_Type.PING, ping=pb.CommandPing()))
 

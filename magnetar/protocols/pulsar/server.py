@@ -13,11 +13,13 @@ import contextlib
 import itertools
 import logging
 import ssl
+import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 
 from magnetar import __version__
 from magnetar.broker import Broker, Consumer, Delivery, SubType
 from magnetar.broker.formats import KAFKA
+from magnetar.core.authentication import AuthenticationError, Authenticator, Identity
 from magnetar.core.connections import (
     ConnectionGate,
     ConnectionLimits,
@@ -28,6 +30,7 @@ from magnetar.core.entries import Entry
 from magnetar.core.errors import MagnetarError
 from magnetar.core.ids import MessageId
 from magnetar.core.names import TopicName
+from magnetar.core.tls import peer_common_name
 from magnetar.protocols.kafka.conversion import kafka_to_pulsar
 from magnetar.protocols.pulsar import entry_format, responses
 from magnetar.protocols.pulsar._proto import pulsar_api_pb2 as pb
@@ -55,6 +58,8 @@ T = pb.BaseCommand.Type
 WRITE_BUFFER_HIGH = 8 * 1024 * 1024
 WRITE_BUFFER_LOW = 2 * 1024 * 1024
 _request_ids = itertools.count(1 << 40)
+NO_REQUEST = (1 << 64) - 1  # request id of an ERROR answering CONNECT (Pulsar's -1)
+REFRESH_AUTH_DATA = b"PulsarAuthRefresh"  # Pulsar's AuthData.REFRESH_AUTH_DATA
 _ = entry_format  # registers the PULSAR entry format with the broker
 
 
@@ -74,8 +79,15 @@ class PulsarServer:
         limits: ConnectionLimits | None = None,
         tls_port: int | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        authenticator: Authenticator | None = None,
+        anonymous_role: str = "",
+        refresh_interval: float = 60.0,
     ) -> None:
         self.broker = broker
+        # who clients are (None: anyone who connects is served, as before authentication)
+        self.authenticator = authenticator
+        self.anonymous_role = anonymous_role  # a client sending no credential gets this
+        self.refresh_interval = refresh_interval  # seconds between expiry checks
         self.host = host
         self.port = port
         self.advertised_host = advertised_host
@@ -150,6 +162,10 @@ class Connection(asyncio.Protocol):
         self.ip = "?"
         self.admitted = False  # counted by the server's gate (released when lost)
         self._handshake: asyncio.TimerHandle | None = None  # closes it unless CONNECT comes
+        self.identity: Identity | None = None  # who authenticated (with authentication on)
+        self.client_protocol = PROTOCOL_VERSION
+        self._refresh: asyncio.TimerHandle | None = None  # next credential expiry check
+        self._challenged = False  # an AUTH_CHALLENGE is unanswered
         self._handlers: dict[int, Callable[[Frame], Awaitable[None] | None]] = Commands(
             self
         ).table()
@@ -214,6 +230,12 @@ class Connection(asyncio.Protocol):
             self.dispatch(frame)
 
     def dispatch(self, frame: Frame) -> None:
+        unknown = self.server.authenticator is not None and self.identity is None
+        if unknown and frame.type != T.CONNECT:  # nothing is served before authentication
+            log.info("closing Pulsar connection %s: %s before CONNECT", self.peer,
+                     T.Name(frame.type))  # fmt: skip
+            self.close()
+            return
         handler = self._handlers.get(frame.type)
         if handler is None:
             log.info("ignoring unsupported Pulsar command %s", T.Name(frame.type))
@@ -287,7 +309,62 @@ class Connection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
 
+    # -- authentication ------------------------------------------------------------------
+
+    @property
+    def peer_cn(self) -> str | None:
+        """CN of the client's verified TLS certificate, None without one."""
+        if self.transport is None:
+            return None
+        return peer_common_name(self.transport.get_extra_info("ssl_object"))
+
+    def authenticate(self, method: str, data: bytes) -> Identity:
+        """Who the client is; AuthenticationError if the credential does not prove it."""
+        auth = self.server.authenticator
+        assert auth is not None
+        if not method and not data and self.server.anonymous_role:
+            return Identity(self.server.anonymous_role, "anonymous")
+        if not method and self.peer_cn and "tls" in auth.providers:
+            method = "tls"
+        return auth.authenticate(method, data, self.peer_cn)
+
+    def authenticated(self, identity: Identity) -> None:
+        """The client proved ``identity``: check its expiry every refresh interval."""
+        self.identity = identity
+        self._challenged = False
+        if self._refresh is None and identity.expires_at is not None:
+            loop = asyncio.get_running_loop()
+            self._refresh = loop.call_later(self.server.refresh_interval, self._check_expiry)
+
+    def refuse(self, error: AuthenticationError) -> None:
+        """Pulsar's refusal: an ERROR AuthenticationError, then the connection closes."""
+        log.warning("refusing Pulsar connection %s: %s", self.peer, error)
+        self.write(responses.error(NO_REQUEST, pb.ServerError.AuthenticationError, str(error)))
+        self.close()
+
+    def _check_expiry(self) -> None:
+        self._refresh = None
+        identity = self.identity
+        if identity is None or self.transport is None or identity.expires_at is None:
+            return
+        loop = asyncio.get_running_loop()
+        if time.time() >= identity.expires_at:
+            if self._challenged:  # asked once, no valid answer since: Pulsar closes
+                self.refuse(AuthenticationError("the credential expired and was not renewed"))
+                return
+            self._challenged = True
+            self.write(
+                responses.auth_challenge(
+                    identity.method, REFRESH_AUTH_DATA, f"Magnetar-{__version__}",
+                    self.client_protocol,
+                )
+            )  # fmt: skip
+        self._refresh = loop.call_later(self.server.refresh_interval, self._check_expiry)
+
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._refresh is not None:
+            self._refresh.cancel()
+            self._refresh = None
         if not self.admitted:
             return
         self.admitted = False
