@@ -104,7 +104,11 @@ class RawConnection:
 
     async def request(self, kind: int, **body: object) -> pb.BaseCommand:
         """Send one command and return the next command the broker sends back."""
-        self.writer.write(encode_command(pb.BaseCommand(type=kind, **body)))
+        return await self.request_raw(pb.BaseCommand(type=kind, **body))
+
+    async def request_raw(self, command: pb.BaseCommand) -> pb.BaseCommand:
+        """Send ``command`` as built and return the next command the broker sends back."""
+        self.writer.write(encode_command(command))
         async with asyncio.timeout(RECEIVE_MS / 1000):
             while (frame := self.decoder.next_frame()) is None:
                 data = await self.reader.read(65536)

@@ -22,7 +22,7 @@ from magnetar.core.authentication import AuthenticationError
 from magnetar.core.entries import Entry
 from magnetar.core.ids import MessageId
 from magnetar.core.names import TopicName, parse_namespace
-from magnetar.protocols.pulsar import compression, entry_format, responses
+from magnetar.protocols.pulsar import compression, entry_format, responses, transactions
 from magnetar.protocols.pulsar._proto import pulsar_api_pb2 as pb
 from magnetar.protocols.pulsar.errors import MessageRefusedError
 from magnetar.protocols.pulsar.frames import Frame
@@ -72,6 +72,7 @@ class Commands:
             T.GET_SCHEMA: self._on_get_schema,
             T.GET_OR_CREATE_SCHEMA: self._on_get_or_create_schema,
             T.GET_TOPICS_OF_NAMESPACE: self._on_get_topics_of_namespace,
+            **{kind: self._on_transaction for kind in transactions.COMMANDS},
         }
 
     # -- connection and discovery -------------------------------------------------------
@@ -104,6 +105,12 @@ class Commands:
             self.conn.refuse(AuthenticationError("a renewed credential may not change the role"))
             return
         self.conn.authenticated(identity)
+
+    def _on_transaction(self, frame: Frame) -> None:
+        request_id = transactions.request_id_of(frame.command)
+        if request_id is not None:
+            code = pb.ServerError.NotAllowedError
+            self.conn.write(responses.error(request_id, code, transactions.NOT_ENABLED))
 
     def _on_ping(self, frame: Frame) -> None:
         self.conn.write(responses.pong())
