@@ -155,6 +155,7 @@ class Standalone:
                 authenticator=authenticator,
                 anonymous_role=settings.anonymous_user_role,
             )
+            node.http.connection_limits = _connection_limits(settings)
             node.views = ViewService(settings, meta, broker)
             node.http.extra_routes += view_routes(node.views)
             node.http.metric_sources += _metric_sources(node)
@@ -494,6 +495,7 @@ def _connection_limits(s: Settings) -> ConnectionLimits:
         max_connections=s.max_connections,
         max_connections_per_ip=s.max_connections_per_ip,
         handshake_timeout=s.handshake_timeout_ms / 1000,
+        keep_alive_interval=s.keep_alive_interval_seconds,
         idle_timeout=s.connections_max_idle_ms / 1000,
         max_pending_requests=s.max_pending_publish_requests_per_connection,
         max_pending_bytes=s.max_pending_publish_bytes_per_connection,

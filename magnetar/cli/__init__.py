@@ -124,6 +124,12 @@ _STANDALONE_FLAGS: list[tuple[str, str, type, str]] = [
     ),
     ("--handshake-timeout-ms", "handshake_timeout_ms", int, "close a silent new connection"),
     (
+        "--keep-alive-interval-seconds",
+        "keep_alive_interval_seconds",
+        float,
+        "PING an idle Pulsar connection this often; close it if silent one more interval (30)",
+    ),
+    (
         "--connections-max-idle-ms",
         "connections_max_idle_ms",
         int,

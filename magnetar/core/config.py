@@ -120,6 +120,9 @@ class Settings:
     # a connection that has not sent its handshake (Pulsar CONNECT, a whole Kafka request)
     # this long after it opened is closed (Pulsar: keepAliveIntervalSeconds, 30 s)
     handshake_timeout_ms: int = 30_000
+    # after CONNECT, a Pulsar connection silent this long is sent a PING; one that has sent
+    # nothing (PONG or else) one interval later is closed (Pulsar's keepAliveIntervalSeconds)
+    keep_alive_interval_seconds: float = 30.0
     # a Kafka connection with no bytes either way and nothing pending for this long is closed
     # (Kafka's connections.max.idle.ms; 0: never)
     connections_max_idle_ms: int = 600_000
@@ -275,6 +278,7 @@ _POSITIVE = {
     "offload_row_group_rows",
     "views_max_batch_events",
     "handshake_timeout_ms",
+    "keep_alive_interval_seconds",
     "max_pending_publish_requests_per_connection",
     "max_pending_publish_bytes_per_connection",
     "http_idle_timeout_ms",

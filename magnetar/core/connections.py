@@ -32,6 +32,7 @@ class ConnectionLimits:
     max_connections: int = 10_000  # open connections of the listener (0: no cap)
     max_connections_per_ip: int = 1_000  # open connections from one address (0: no cap)
     handshake_timeout: float = 30.0  # seconds from accept to the handshake
+    keep_alive_interval: float = 30.0  # Pulsar: PING an idle connection this often (0: never)
     idle_timeout: float = 600.0  # Kafka: seconds without a request (0: never)
     max_pending_requests: int = 1_000  # publish requests read and not yet answered
     max_pending_bytes: int = 64 * MiB  # ... and their bytes

@@ -23,6 +23,7 @@ from magnetar.broker.admin import PreconditionFailedError, TopicAdmin
 from magnetar.broker.offload import OffloadService
 from magnetar.broker.ownership import BrokerInfo
 from magnetar.core.authentication import AuthenticationError, Authenticator, Identity
+from magnetar.core.connections import ConnectionGate, ConnectionLimits
 from magnetar.core.errors import InvalidNameError, MagnetarError
 from magnetar.core.names import TopicName, check_namespace, check_tenant, check_topic
 from magnetar.core.tls import peer_common_name
@@ -30,10 +31,11 @@ from magnetar.http import messages, reading, schemas, tenants, topics
 from magnetar.http.bodies import MAX_BODY_BYTES, BodyTooLargeError
 from magnetar.http.broker_metrics import BrokerMetrics
 from magnetar.http.compaction import compaction_routes
+from magnetar.http.connection_caps import gate_connections
 from magnetar.http.console import console_routes
+from magnetar.http.iceberg import iceberg_routes
 from magnetar.http.metrics import MetricsEndpoint, MetricSource
 from magnetar.http.non_persistent import non_persistent_routes
-from magnetar.http.iceberg import iceberg_routes
 from magnetar.http.offload import offload_routes
 from magnetar.http.routes import Handler, Route, ok, openapi
 from magnetar.http.stats import stats_routes
@@ -207,6 +209,9 @@ class HttpServer:
             BrokerMetrics(broker, topic_level=topic_level_metrics, offload=offload).source()
         ]
         self._runner: web.AppRunner | None = None
+        # caps on open connections, as the Pulsar and Kafka listeners' (set before start)
+        self.connection_limits = ConnectionLimits()
+        self.gate = ConnectionGate("HTTP", self.connection_limits)
 
     @property
     def url(self) -> str:
@@ -262,6 +267,9 @@ class HttpServer:
             keepalive_timeout=self.idle_timeout,
         )
         await self._runner.setup()
+        self.gate = ConnectionGate("HTTP", self.connection_limits)
+        assert self._runner.server is not None
+        gate_connections(self._runner.server, self.gate)
         await web.TCPSite(self._runner, self.host, self.port).start()
         if self.port == 0:
             self.port = self._runner.addresses[0][1]

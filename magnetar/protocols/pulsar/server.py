@@ -48,6 +48,7 @@ from magnetar.protocols.pulsar.handles import (
     ProducerHandle,
     TransientConsumerHandle,
 )
+from magnetar.protocols.pulsar.keepalive import KeepAlive, refuse_before_connect
 from magnetar.protocols.pulsar.message_ids import to_wire
 
 log = logging.getLogger(__name__)
@@ -159,6 +160,7 @@ class Connection(asyncio.Protocol):
         # SENDs being stored: reading stops at the cap (Pulsar's
         # maxPendingPublishRequestsPerConnection); their receipts still go out
         self.pending = PendingLimit(limits.max_pending_requests, limits.max_pending_bytes)
+        self.keepalive = KeepAlive(self, limits.keep_alive_interval)  # started by CONNECT
         self.ip = "?"
         self.admitted = False  # counted by the server's gate (released when lost)
         self._handshake: asyncio.TimerHandle | None = None  # closes it unless CONNECT comes
@@ -191,6 +193,7 @@ class Connection(asyncio.Protocol):
         if self._handshake is not None:
             self._handshake.cancel()
             self._handshake = None
+        self.keepalive.start()
 
     def _no_handshake(self) -> None:
         # Pulsar closes a connection whose CONNECT did not come within keepAliveIntervalSeconds
@@ -212,6 +215,7 @@ class Connection(asyncio.Protocol):
             handle.subscription.kick()
 
     def data_received(self, data: bytes) -> None:
+        self.keepalive.heard()
         while True:
             try:
                 if data:
@@ -226,6 +230,9 @@ class Connection(asyncio.Protocol):
                 self.close()
                 return
             if frame is None:
+                return
+            if self._handshake is not None and frame.type != T.CONNECT:
+                refuse_before_connect(self, frame)
                 return
             self.dispatch(frame)
 
@@ -370,6 +377,7 @@ class Connection(asyncio.Protocol):
         self.admitted = False
         self.server.gate.release(self.ip)
         self.handshake_done()
+        self.keepalive.stop()
         self.server.connections.discard(self)
         self.transport = None
         self.pending.transport = None
