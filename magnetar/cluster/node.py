@@ -25,6 +25,7 @@ import shutil
 from dataclasses import dataclass, field
 
 from magnetar.cluster.node_flight import NodeFlightServer
+from magnetar.cluster.quarantine import Quarantine, open_engine
 from magnetar.cluster.wire import (
     ADD,
     FLAG_RECOVERY,
@@ -96,6 +97,7 @@ class StorageNode:
         self._fenced: set[int] = set()
         self._fence_saving = asyncio.Lock()  # one writer of fenced.json at a time
         self._fence_file = settings.data_dir / "fenced.json"
+        self.quarantine = Quarantine(settings.data_dir)  # ledgers set aside at start
         self._server: asyncio.Server | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._conns: set[asyncio.StreamWriter] = set()
@@ -120,10 +122,12 @@ class StorageNode:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         local = settings.replace(metadata_url=f"sqlite:///{settings.data_dir / 'catalog.db'}")
         catalog = open_metadata_store(local.metadata)
-        engine = await StorageEngine.open(local, catalog)
+        quarantine = Quarantine(settings.data_dir)
+        engine = await open_engine(local, catalog, quarantine)
         meta = open_metadata_store(settings.metadata_url)
         node = cls(settings, engine, meta)
         node._catalog = catalog
+        node.quarantine = quarantine
         try:
             await node._load()
             node._server = await asyncio.start_server(
@@ -347,6 +351,10 @@ class StorageNode:
     ) -> tuple[Status, bytes]:
         """Records ``first``, ``first + 1``, … while this node holds them, up to ``last``."""
         ledger = self._ledgers.get(ledger_id)
+        aside = self.quarantine.ledgers.get(ledger_id)
+        if aside is not None and (ledger is None or first not in ledger.rows):
+            problem = f"storage node {self.node_id}: ledger {ledger_id} was set aside: {aside}"
+            return Status.DAMAGED, pack_damaged(problem, [])
         if ledger is not None and ledger.damaged and first not in ledger.rows:
             return Status.DAMAGED, pack_damaged(self._damage(ledger_id, first, ledger), [])
         if ledger is None or first not in ledger.rows:
@@ -392,6 +400,9 @@ class StorageNode:
         """Read every entry held of the ledger, verifying each checksum (a scrub). Answers
         ``{"entries": held, "damaged": [entry ids unreadable here], "problem": text}``."""
         ledger = self._ledgers.get(ledger_id)
+        aside = self.quarantine.ledgers.get(ledger_id)
+        if ledger is None and aside is not None:  # every entry it should hold is missing
+            return Status.OK, json.dumps({"entries": 0, "damaged": [], "problem": aside}).encode()
         if ledger is None:
             return Status.NO_LEDGER, b""
         name, damaged = _name(ledger_id), []
@@ -464,6 +475,7 @@ class StorageNode:
 
     async def _delete(self, ledger_id: int) -> tuple[Status, bytes]:
         self._ledgers.pop(ledger_id, None)
+        await asyncio.to_thread(self.quarantine.discard, ledger_id)
         name = _name(ledger_id)
         if self.engine.has_partition(name):
             await self.engine.delete_partition(name)

@@ -157,6 +157,44 @@ def test_a_damaged_replica_is_read_around_reported_and_repaired(cluster: Cluster
     assert _read_pulsar(broker.pulsar_url, topic) == sent
 
 
+def test_a_node_whose_open_file_is_damaged_starts_and_its_copy_is_repaired(
+    cluster: Cluster,
+) -> None:
+    """With the default entry-file size the node's copy of a ledger is one open file, which
+    recovery checks at start: the node sets that ledger aside instead of failing to start."""
+    nodes = [cluster.add_node() for _ in range(3)]
+    by_id = {n.node_id: n for n in nodes}
+    first = cluster.add_broker(*QUORUM, *ROLL)
+    name = f"damaged-open-{uuid.uuid4().hex[:8]}"
+    topic = f"persistent://public/default/{name}"
+    client = pulsar.Client(first.pulsar_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    producer = client.create_producer(topic, batching_enabled=False)
+    sent = [f"{i:04d}".encode() * 25 for i in range(COUNT)]
+    for value in sent:
+        producer.send(value)
+    client.close()
+    first.stop()
+    one = cluster.ledgers(topic)[0]
+    a = by_id[one["ensembles"][0][1][0]]
+    a.stop()
+    [log] = _ledger_files(a, one["info"]["segment_id"])
+    size = log.stat().st_size // 100  # its 100 entries, equal in size
+    with log.open("r+b") as f:  # flip a payload byte of entry 2
+        f.seek(2 * size + size - 10)
+        byte = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    restarted = cluster.restart_node(a)
+    assert any("set aside" in line for line in restarted.output), restarted.output[-5:]
+
+    broker = cluster.add_broker(*QUORUM, *ROLL)
+    assert _read_pulsar(broker.pulsar_url, topic) == sent
+    assert _read_kafka(broker.kafka_port, name) == sent
+    assert _metric(broker.http_url, "magnetar_damaged_replica_reads") >= 1
+    wait_for(lambda: _metric(broker.http_url, "magnetar_repaired_replicas") >= 1, 60, "repair")
+    _assert_clean(broker.http_url, topic, set(by_id))
+
+
 def _damage(cluster: Cluster, node: StorageNodeProcess, ledger_id: int, index: int) -> None:
     """Stop ``node``, flip a byte of entry ``index`` of its copy of the ledger, restart it."""
     node.stop()
