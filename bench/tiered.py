@@ -24,7 +24,12 @@ One partition of ``--messages`` messages of 100 random bytes, written as Pulsar 
   data, and a ``pulsar.Reader`` from earliest reading that many messages: once while the
   segments are local, once after they are offloaded.
 
-Run: ``PYTHONPATH=. .venv/bin/python bench/tiered.py [--messages N] [--client-messages N]``
+* **Iceberg** (``--iceberg-messages`` > 0) — JSON values offloaded into the topic's Iceberg
+  table with typed columns, and the table scanned by pyiceberg, each next to pyarrow doing
+  the same work in the same run (``bench/tiered_iceberg.py``).
+
+Run: ``PYTHONPATH=. .venv/bin/python bench/tiered.py [--messages N] [--client-messages N]
+[--iceberg-messages N]``
 """
 
 from __future__ import annotations
@@ -57,6 +62,7 @@ from bench.common import (
     write_json,
 )
 from bench.storage import evict_page_cache
+from bench.tiered_iceberg import run_iceberg
 from magnetar.core import formats
 from magnetar.core.config import Settings, build_settings
 from magnetar.ledger import ManagedLedger
@@ -277,7 +283,12 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             )
         )
         print(phases[-1], flush=True)
+    iceberg = []
+    if args.iceberg_messages:
+        iceberg = await run_iceberg(workdir, args.iceberg_messages, args.batch, args.segment_mb)
+        print(iceberg, flush=True)
     return {
+        "iceberg": iceberg,
         "load": [round(os.getloadavg()[0], 2)],
         "phases": phases,
         "segments": segments,
@@ -304,6 +315,21 @@ def report(result: dict[str, Any], markdown: bool) -> None:
     headers = ["phase", "messages", "seconds", "msgs/s", "MB/s", "vs pyarrow"]
     print()
     print((render_markdown_table if markdown else render_table)(headers, rows))
+    if result["iceberg"]:
+        pairs = [
+            [
+                p.name,
+                f"{p.rows:,}",
+                fmt_rate(p.rows / p.seconds),
+                p.peer,
+                fmt_rate(p.rows / p.peer_seconds),
+                f"{p.ratio:.2f}x (goal {p.goal}x)",
+            ]
+            for p in result["iceberg"]
+        ]
+        heads = ["Iceberg phase", "rows", "rows/s", "peer (same run)", "rows/s", "vs peer"]
+        print()
+        print((render_markdown_table if markdown else render_table)(heads, pairs))
     payload = result["remote_messages"] * MESSAGE_BYTES
     print(
         f"\n{result['segments']} segments offloaded into {result['object_bytes'] / MB:,.1f} MB of "
@@ -319,6 +345,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--segment-mb", type=int, default=128, help="segment size (MiB)")
     p.add_argument("--row-group-rows", type=int, default=100_000)
     p.add_argument("--client-messages", type=int, default=0, help="pulsar-client phase size")
+    p.add_argument("--iceberg-messages", type=int, default=0, help="Iceberg phase size (0: off)")
     p.add_argument("--dir", type=Path, help="where to write (default: the temp dir if on disk)")
     p.add_argument("--json", type=Path, default=RESULTS_DIR / "tiered.json")
     p.add_argument("--markdown", action="store_true", help="print the table as Markdown")
@@ -354,6 +381,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "object_bytes": result["object_bytes"],
             "load_average": result["load"],
             "phases": [p.to_json() for p in result["phases"]],
+            "iceberg": [p.to_json() for p in result["iceberg"]],
         },
     )
     print(f"\nwrote {args.json}")

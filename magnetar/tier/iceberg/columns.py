@@ -27,6 +27,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.json as pj
 
 from magnetar.tier.rows import decode_json, record_type
 
@@ -108,6 +109,10 @@ def to_table_rows(layout: pa.Table, partition: int, value_schema: ValueSchema | 
 
 
 def _decode(layout: pa.Table, value_schema: ValueSchema, record: pa.StructType) -> pa.StructArray:
+    if value_schema.type == "JSON":
+        fast = _decode_json_block(layout.column("value"), record)
+        if fast is not None:
+            return fast
     raw = layout.column("value").to_pylist()
     if value_schema.type == "JSON":
         decoded: pa.Array = decode_json(raw, record)
@@ -116,6 +121,32 @@ def _decode(layout: pa.Table, value_schema: ValueSchema, record: pa.StructType) 
         decoded = _decode_avro(raw, versions, value_schema.versions, record)
     assert isinstance(decoded, pa.StructArray)
     return decoded
+
+
+def _decode_json_block(values: pa.ChunkedArray, record: pa.StructType) -> pa.StructArray | None:
+    """Every value parsed at once by Arrow's JSON reader (one object per line), or None when
+    that cannot be exact: a null value, a newline inside a value, or any value that is not
+    an object fitting ``record`` — the per-row path then decides row by row."""
+    array = values.combine_chunks()
+    if len(array) == 0 or array.null_count or pc.sum(pc.count_substring(array, "\n")).as_py():
+        return None
+    one_list = pa.ListArray.from_arrays(pa.array([0, len(array)], pa.int32()), array)
+    data = pc.binary_join(one_list, pa.scalar(b"\n"))[0].as_buffer()
+    options = pj.ParseOptions(
+        explicit_schema=pa.schema(list(record)), unexpected_field_behavior="ignore"
+    )
+    try:
+        table = pj.read_json(
+            pa.BufferReader(data),
+            read_options=pj.ReadOptions(block_size=max(len(data), 1 << 20)),
+            parse_options=options,
+        )
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    if table.num_rows != len(array):
+        return None
+    columns = [table.column(f.name).combine_chunks() for f in record]
+    return pa.StructArray.from_arrays(columns, fields=list(record))
 
 
 def _decode_avro(

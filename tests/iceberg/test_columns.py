@@ -1,0 +1,82 @@
+"""The table rows of a segment, in process: typed columns from JSON values (Arrow's reader
+for a clean block, row by row otherwise), binary values without a schema, days."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+
+from magnetar.tier.iceberg.columns import ValueSchema, split_by_day, table_schema, to_table_rows
+from magnetar.tier.parquet import SCHEMA
+from tests.iceberg.rig import ORDER_V1, order
+
+DAY_US = 86_400_000_000
+
+
+def layout(values: list[bytes | None], publish_us: list[int] | None = None) -> pa.Table:
+    n = len(values)
+    columns = {
+        "offset": pa.array(range(n), pa.int64()),
+        "publish_time": pa.array(publish_us or [0] * n, pa.int64()).cast(SCHEMA.field(1).type),
+        "event_time": pa.nulls(n, SCHEMA.field(2).type),
+        "key": pa.array([f"k{i}" for i in range(n)]),
+        "value": pa.array(values, pa.binary()),
+        "properties": pa.array([[("a", "b")]] * n, SCHEMA.field(5).type),
+        "producer_name": pa.array(["p"] * n),
+        "sequence_id": pa.array(range(n), pa.int64()),
+        "schema_version": pa.array([0] * n, pa.int64()),
+        "entry_offset": pa.array(range(n), pa.int64()),
+        "batch_size": pa.array([-1] * n, pa.int32()),
+        "entry_format": pa.array([1] * n, pa.int8()),
+    }
+    return pa.table(columns, schema=SCHEMA)
+
+
+JSON_SCHEMA = ValueSchema("JSON", (ORDER_V1,))
+
+
+def test_clean_json_values_become_typed_columns() -> None:
+    rows = to_table_rows(layout([json.dumps(order(i)).encode() for i in range(5)]), 3, JSON_SCHEMA)
+    assert rows.schema == table_schema(JSON_SCHEMA)
+    assert rows.select(["id", "item", "ship"]).to_pylist() == [order(i) for i in range(5)]
+    assert rows.column("__partition").to_pylist() == [3] * 5
+    assert rows.column("__properties").to_pylist() == [[("a", "b")]] * 5
+
+
+def test_values_that_do_not_fit_leave_their_row_untyped_only() -> None:
+    values = [
+        json.dumps(order(0)).encode(),
+        b"not json",
+        json.dumps({**order(2), "id": "two"}).encode(),  # a string where the schema says long
+        json.dumps(order(3), indent=2).encode(),  # newlines inside the value
+        None,
+        json.dumps({**order(5), "extra": 1}).encode(),  # fields the schema lacks are ignored
+    ]
+    rows = to_table_rows(layout(values), 0, JSON_SCHEMA)
+    assert rows.column("id").to_pylist() == [0, None, None, 3, None, 5]
+    assert rows.column("__offset").to_pylist() == list(range(6))
+
+
+def test_without_schema_the_value_stays_binary() -> None:
+    values = [b"\x00\xff", b"", None]
+    rows = to_table_rows(layout(values), 0, None)
+    assert rows.column("value").to_pylist() == values
+    assert rows.schema.names[-1] == "value"
+
+
+def test_a_later_version_adds_its_field_at_the_end() -> None:
+    v2 = {**ORDER_V1, "fields": [*ORDER_V1["fields"], {"name": "note", "type": ["null", "string"]}]}
+    schema = table_schema(ValueSchema("JSON", (ORDER_V1, v2)))
+    assert schema.names[-4:] == ["id", "item", "ship", "note"]
+
+
+def test_rows_are_cut_by_utc_day() -> None:
+    times = [DAY_US - 1, DAY_US, 2 * DAY_US + 5, -1]
+    days = split_by_day(to_table_rows(layout([b"x"] * 4, times), 0, None))
+    assert [(day, part.column("__offset").to_pylist()) for day, part in days] == [
+        (-1, [3]),
+        (0, [0]),
+        (1, [1]),
+        (2, [2]),
+    ]
