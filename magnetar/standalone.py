@@ -98,7 +98,12 @@ class Standalone:
                     meta, me, on_lost=broker.ownership_lost, load=partial(_load, broker)
                 )
                 await broker.ownership.start()
-            node.offload = OffloadService(broker, interval=settings.offload_check_interval)
+            node.offload = OffloadService(
+                broker,
+                interval=settings.offload_check_interval,
+                snapshot_max_age_ms=settings.iceberg_snapshot_max_age_ms,
+                min_snapshots=settings.iceberg_min_snapshots,
+            )
             await node.offload.start()
             tls = settings.tls_files
             ssl_context = tls.server_context() if tls is not None else None

@@ -51,9 +51,20 @@ class OffloadStatus:
 
 
 class OffloadService:
-    def __init__(self, broker: Broker, *, interval: float, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(
+        self,
+        broker: Broker,
+        *,
+        interval: float,
+        clock: Clock = SYSTEM_CLOCK,
+        snapshot_max_age_ms: int = 3_600_000,
+        min_snapshots: int = 10,
+    ) -> None:
         self.broker = broker
         self.interval = interval
+        # Iceberg table maintenance (namespace policy icebergMaintenance, on by default)
+        self.snapshot_max_age_ms = snapshot_max_age_ms
+        self.min_snapshots = min_snapshots
         self.clock = clock
         self.status: dict[str, OffloadStatus] = {}
         self._running: dict[str, asyncio.Task[None]] = {}
@@ -112,6 +123,21 @@ class OffloadService:
         if due:
             self._start(topic, due)
         await self._drop_local_copies(topic)
+        await self._maintain_table(topic)
+
+    async def _maintain_table(self, topic: Topic) -> None:
+        """Expire old snapshots of the topic's table, unless its namespace turned
+        maintenance off. Partitions share a table: the first partition does it."""
+        if not self.broker.ledgers.has_tables or topic.name.partition > 0:
+            return
+        policies = await self.broker.policies(topic.name)
+        if policies.iceberg_maintenance is False:
+            return
+        expired = await topic.ledger.expire_table_snapshots(
+            max_age_ms=self.snapshot_max_age_ms, keep=self.min_snapshots
+        )
+        if expired:
+            log.info("expired %d snapshots of %s's Iceberg table", expired, topic.name)
 
     async def _due(self, topic: Topic) -> list[SegmentInfo]:
         closed = self._closed_local(topic)

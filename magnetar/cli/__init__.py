@@ -208,6 +208,18 @@ _STANDALONE_FLAGS: list[tuple[str, str, type, str]] = [
         str,
         "sqlite:///PATH (default DATA_DIR/iceberg.db) or the REST catalog's http(s) URI",
     ),
+    (
+        "--iceberg-snapshot-max-age-ms",
+        "iceberg_snapshot_max_age_ms",
+        int,
+        "table maintenance expires snapshots older than this (default 1 h)",
+    ),
+    (
+        "--iceberg-min-snapshots",
+        "iceberg_min_snapshots",
+        int,
+        "table maintenance keeps at least this many newest snapshots (default 10)",
+    ),
     ("--spark-master", "spark_master", str, "Spark master for views (default local[*])"),
     ("--spark-driver-memory", "spark_driver_memory", str, "Spark driver memory (default 2g)"),
     ("--views-max-batch-events", "views_max_batch_events", int, "events per view micro-batch"),

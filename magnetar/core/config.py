@@ -157,6 +157,10 @@ class Settings:
     # DATA_DIR/iceberg.db), rest (an Iceberg REST catalog at iceberg_catalog_url) or none
     iceberg_catalog: str = "sqlite"
     iceberg_catalog_url: str = ""  # sqlite: an SQLAlchemy URL (sqlite:///PATH); rest: its URI
+    # table maintenance (namespace policy icebergMaintenance): snapshots older than this are
+    # expired, except the newest iceberg_min_snapshots
+    iceberg_snapshot_max_age_ms: int = 3_600_000
+    iceberg_min_snapshots: int = 10
     spark_master: str = "local[*]"  # Spark for views; started on the first view, not at boot
     spark_driver_memory: str = "2g"
     # most events per micro-batch of a SQL view (a Python view folds a tenth, at most 100k, in
@@ -250,6 +254,7 @@ _NON_NEGATIVE = {
     "segment_max_age",
     "segment_max_entries",
     "offload_deletion_lag_ms",
+    "iceberg_snapshot_max_age_ms",
     "views_trigger_ms",
     "max_connections",
     "max_connections_per_ip",
@@ -276,6 +281,7 @@ _POSITIVE = {
     "authentication_refresh_check_seconds",
     "offload_check_interval",
     "offload_row_group_rows",
+    "iceberg_min_snapshots",
     "views_max_batch_events",
     "handshake_timeout_ms",
     "keep_alive_interval_seconds",

@@ -458,6 +458,12 @@ class ManagedLedger:
             offset = got[-1].next_offset
         return out
 
+    async def expire_table_snapshots(self, *, max_age_ms: int, keep: int) -> int:
+        """Table maintenance (see ``table_commits.expire_snapshots``); 0 without a tier."""
+        if self.tier is None:
+            return 0
+        return await table_commits.expire_snapshots(self, self.tier, max_age_ms, keep)
+
     async def drop_local_copy(self, segment_id: int) -> None:
         """Delete the local files of an OFFLOADED segment; durable when this returns, and
         its reads (even ones already under way) go to the object store from then on."""

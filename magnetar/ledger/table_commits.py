@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -173,6 +174,15 @@ async def remove_trimmed(ledger: ManagedLedger, tier: Tier, before: int) -> None
         await asyncio.to_thread(tier.iceberg.remove, doomed, "retention")
 
 
+async def expire_snapshots(ledger: ManagedLedger, tier: Tier, max_age_ms: int, keep: int) -> int:
+    """Table maintenance: expire the table's snapshots older than ``max_age_ms`` but the
+    ``keep`` newest; 0 without a catalog or a table."""
+    if tier.iceberg is None:
+        return 0
+    older_than = int(time.time() * 1000) - max_age_ms
+    return await asyncio.to_thread(tier.iceberg.expire_snapshots, ledger.name, older_than, keep)
+
+
 async def remove_all(ledger: ManagedLedger, tier: Tier) -> None:
     """Before the whole ledger is deleted: its files leave the table."""
     if tier.iceberg is None:
@@ -184,6 +194,7 @@ async def remove_all(ledger: ManagedLedger, tier: Tier) -> None:
 
 __all__ = [
     "commit",
+    "expire_snapshots",
     "files_of",
     "intent_of",
     "pending",

@@ -182,3 +182,25 @@ def test_the_local_warehouse_is_the_tier_directory(tmp_path: Path) -> None:
     props = tables.catalog_properties()
     assert props["warehouse"] == f"file://{tmp_path / 'tier'}/iceberg"
     assert props["type"] == "sql"
+
+
+async def test_maintenance_expires_old_snapshots_but_keeps_the_newest(
+    open_iceberg_rig: OpenIcebergRig,
+) -> None:
+    rig = await open_iceberg_rig()
+    await append_orders(rig.ledger, 0, 48, batch=3)  # three closed segments: three appends
+    await offload_closed(rig, schema(ORDER_V1))
+    table = rig.tables.catalog.load_table("public.default.orders")
+    assert len(table.snapshots()) == 3
+    assert await rig.ledger.expire_table_snapshots(max_age_ms=3_600_000, keep=1) == 0  # young
+    assert await rig.ledger.expire_table_snapshots(max_age_ms=0, keep=2) == 1
+    table = rig.tables.catalog.load_table("public.default.orders")
+    assert len(table.snapshots()) == 2
+    assert await rig.ledger.expire_table_snapshots(max_age_ms=0, keep=0) == 1  # not the current
+    rows = read_table(rig.tables)
+    assert rows.column("__offset").to_pylist() == list(range(rows.num_rows))
+    assert rows.num_rows == sum(
+        s.end_offset - s.first_offset
+        for s in rig.ledger.segments()
+        if s.state is SegmentState.OFFLOADED
+    )

@@ -32,6 +32,10 @@ ARGS = [
     "0.2",
     "--retention-check-interval",
     "0.2",
+    "--iceberg-snapshot-max-age-ms",  # maintenance expires every snapshot but the newest
+    "0",
+    "--iceberg-min-snapshots",
+    "1",
 ]
 
 
@@ -73,14 +77,20 @@ class Tables:
     admin: dict[str, Any]  # answers of the admin API and CLI while the server ran
 
 
-def offloaded(admin: AdminHttp, topic: str) -> int:
-    stats = admin.get(f"/admin/v2/persistent/public/default/{topic}/internal-stats")
+def offloaded(admin: AdminHttp, topic: str, ns: str = "public/default") -> int:
+    stats = admin.get(f"/admin/v2/persistent/{ns}/{topic}/internal-stats")
     return sum(1 for led in stats["ledgers"] if led["state"] == "OFFLOADED")
 
 
-def send_pulsar(client: pulsar.Client, topic: str, schema: Any, records: list[Record]) -> None:
+def send_pulsar(
+    client: pulsar.Client,
+    topic: str,
+    schema: Any,
+    records: list[Record],
+    ns: str = "public/default",
+) -> None:
     producer = client.create_producer(
-        f"persistent://public/default/{topic}", schema=schema, batching_enabled=False
+        f"persistent://{ns}/{topic}", schema=schema, batching_enabled=False
     )
     for i, rec in enumerate(records):
         producer.send(rec, partition_key=f"k{i}")
@@ -151,7 +161,19 @@ def tables(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tables]:
             JsonSchema(Order),
             [Order(**{**o, "ship": Address(**o["ship"])}) for o in sent["trimmed"]],
         )
+        # a namespace whose tables are not maintained: their snapshots stay
+        admin.ok("PUT", "/admin/v2/namespaces/public/kept")
+        admin.ok("POST", "/admin/v2/namespaces/public/kept/offloadThreshold", 0)
+        admin.ok("POST", "/admin/v2/namespaces/public/kept/icebergMaintenance", False)
+        send_pulsar(
+            client,
+            "kept",
+            JsonSchema(Order),
+            [Order(**{**o, "ship": Address(**o["ship"])}) for o in sent["orders"]],
+            ns="public/kept",
+        )
         client.close()
+        wait_until(lambda: offloaded(admin, "kept", "public/kept") == 2, "kept offloaded", 60)
         for topic in sent:
             wait_until(lambda t=topic: offloaded(admin, t) == 2, f"{topic} offloaded", timeout=60)
         admin.ok(
@@ -160,7 +182,15 @@ def tables(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tables]:
             {"retentionTimeInMinutes": 0, "retentionSizeInMB": 0},
         )
         wait_until(lambda: offloaded(admin, "trimmed") == 0, "trimmed by retention", timeout=60)
+        wait_until(
+            lambda: (
+                admin.get("/admin/v2/persistent/public/default/orders/iceberg")["snapshots"] == 1
+            ),
+            "old snapshots of orders expired",
+            timeout=60,
+        )
         answers = {
+            "kept": admin.get("/admin/v2/persistent/public/kept/kept/iceberg"),
             "rest": admin.get("/admin/v2/persistent/public/default/orders/iceberg"),
             "cli": cli(server, "topics", "iceberg", "orders"),
             "maintenance": admin.get("/admin/v2/namespaces/public/default/icebergMaintenance"),
@@ -291,3 +321,12 @@ def test_a_bad_catalog_setting_stops_the_start(tmp_path: Path) -> None:
     )
     assert run.returncode != 0
     assert "iceberg_catalog" in run.stderr and "sqlite, rest, none" in run.stderr
+
+
+def test_maintenance_expires_snapshots_unless_the_namespace_turns_it_off(tables: Tables) -> None:
+    orders = tables.catalog.load_table("public.default.orders")
+    assert len(orders.snapshots()) == 1  # expired down to the current one
+    assert orders.scan().to_arrow().num_rows == 2 * SEGMENT  # which still holds every row
+    kept = tables.catalog.load_table("public.kept.kept")
+    assert len(kept.snapshots()) == 2  # one append per segment, none expired
+    assert tables.admin["kept"]["maintenance"] is False

@@ -321,6 +321,40 @@ class IcebergTables:
                 time.sleep(0.01)
         raise IcebergCommitError(f"{ident}: {COMMIT_TRIES} commits lost to other writers")
 
+    # -- maintenance -----------------------------------------------------------------------
+
+    def expire_snapshots(self, partition: str, older_than_ms: int, keep: int) -> int:
+        """Expire the table's snapshots taken before ``older_than_ms`` (epoch ms), except the
+        ``keep`` newest and the current one; returns how many went. Metadata only: the data
+        files of the current snapshot are untouched (and those of expired snapshots were
+        deleted with their segments already)."""
+        from pyiceberg.exceptions import NoSuchTableError
+
+        ident = identifier(partition)
+        catalog = self.catalog
+        with self._lock:
+            for _ in range(COMMIT_TRIES):
+                try:
+                    table = catalog.load_table(ident)
+                except NoSuchTableError:
+                    return 0
+                current = _snapshot_id(table)
+                ordered = sorted(table.snapshots(), key=lambda s: s.timestamp_ms)
+                doomed = [
+                    s.snapshot_id
+                    for s in ordered[: max(len(ordered) - keep, 0)]
+                    if s.timestamp_ms < older_than_ms and s.snapshot_id != current
+                ]
+                if not doomed:
+                    return 0
+                try:
+                    table.maintenance.expire_snapshots().by_ids(doomed).commit()
+                except _commit_failed():
+                    time.sleep(0.01)
+                    continue
+                return len(doomed)
+        raise IcebergCommitError(f"{ident}: {COMMIT_TRIES} commits lost to other writers")
+
     # -- reading ---------------------------------------------------------------------------
 
     def describe(self, topic: str) -> dict[str, Any] | None:
