@@ -102,8 +102,11 @@ def check_payload(metadata: pb.MessageMetadata, data: BytesLike, *, max_size: in
     fails that message alone. Pulsar's own broker answers a corrupt message with ChecksumError
     ("Checksum failed on the broker", Producer.checkAndStartPublish) and invalid metadata with
     MetadataError; the C++ client treats any error but ChecksumError as a broken connection and
-    resends the message forever, so a payload that cannot be stored is answered as corrupt."""
-    if metadata.compression == NONE:
+    resends the message forever, so a payload that cannot be stored is answered as corrupt.
+
+    An encrypted payload (``encryption_keys``) is compressed before it is encrypted: only its
+    consumers can decompress it, so it is stored as sent, as Pulsar's broker does."""
+    if metadata.compression == NONE or metadata.encryption_keys:
         return
     try:
         decompress_payload(metadata, data, max_size=max_size)
