@@ -19,6 +19,7 @@ from functools import partial
 from aiohttp import ClientSession, web
 
 from magnetar.broker import Broker, BrokerSettings
+from magnetar.broker.authorization import Authorizer, Permissions
 from magnetar.broker.errors import InvalidRequestError
 from magnetar.broker.offload import OffloadService
 from magnetar.broker.ownership import BrokerInfo, Ownership, parse_range
@@ -26,11 +27,12 @@ from magnetar.broker.retention import RetentionService
 from magnetar.cluster.replicated import ReplicatedStorage
 from magnetar.core.config import Settings, parse_listeners
 from magnetar.core.connections import ConnectionLimits
-from magnetar.core.errors import MagnetarError
+from magnetar.core.errors import ConfigError, MagnetarError
 from magnetar.core.ports import check_free, listening
 from magnetar.http import bodies
 from magnetar.http.cluster_metrics import cluster_metrics
 from magnetar.http.metrics import MetricSource, storage_metrics
+from magnetar.http.permissions import routes as permission_routes
 from magnetar.http.routes import Route, ok
 from magnetar.http.server import HttpServer
 from magnetar.ledger import LedgerFactory
@@ -108,6 +110,8 @@ class Standalone:
             tls = settings.tls_files
             ssl_context = tls.server_context() if tls is not None else None
             authenticator = settings.authenticator()
+            permissions = Permissions(meta, broker.namespaces)
+            authorizer = _authorizer(settings, permissions)
             node.pulsar = PulsarServer(
                 broker,
                 host=settings.bind_address,
@@ -121,6 +125,7 @@ class Standalone:
                 authenticator=authenticator,
                 anonymous_role=settings.anonymous_user_role,
                 refresh_interval=settings.authentication_refresh_check_seconds,
+                authorizer=authorizer,
             )
             host = settings.bind_address
             await listening("pulsar_port", host, settings.pulsar_port, node.pulsar.start())
@@ -132,6 +137,7 @@ class Standalone:
                 _connection_limits(settings),
                 ssl_context=ssl_context,
                 authenticator=authenticator,
+                authorizer=authorizer,
             )
             await listening("kafka_port", host, settings.kafka_port, node.kafka.start())
             ssl_port = settings.kafka_ssl_port
@@ -159,7 +165,9 @@ class Standalone:
                 service_url_tls=node.pulsar.service_url_tls,
                 authenticator=authenticator,
                 anonymous_role=settings.anonymous_user_role,
+                authorizer=authorizer,
             )
+            node.http.extra_routes += permission_routes(permissions)
             node.http.connection_limits = _connection_limits(settings)
             node.views = ViewService(settings, meta, broker)
             node.http.extra_routes += view_routes(node.views)
@@ -203,7 +211,8 @@ class Standalone:
         """What protects the ports, said at start: an open node says so."""
         s = self.settings
         if s.authentication_enabled:
-            return f"authentication on ({s.authentication_providers})"
+            granted = "on" if s.authorization_enabled else "off (any role may do anything)"
+            return f"authentication on ({s.authentication_providers}), authorization {granted}"
         where = (
             "bound to localhost only"
             if s.bind_address in ("127.0.0.1", "localhost", "::1")
@@ -478,6 +487,19 @@ def _tier(settings: Settings, replicated: bool) -> Tier:
     elif kind != "none":
         iceberg = IcebergTables.open(store, kind, settings.iceberg_url)
     return Tier(store, row_group_rows=settings.offload_row_group_rows, iceberg=iceberg)
+
+
+def _authorizer(s: Settings, permissions: Permissions) -> Authorizer | None:
+    """The node's authorizer when authorization is on (it needs authentication)."""
+    if not s.authorization_enabled:
+        return None
+    if not s.authentication_enabled:
+        raise ConfigError(
+            "authorization_enabled", "authorization needs authentication_enabled: roles come "
+            "from credentials"
+        )  # fmt: skip
+    roles = frozenset(r.strip() for r in s.superuser_roles.split(",") if r.strip())
+    return Authorizer(permissions, roles)
 
 
 def _broker_settings(s: Settings) -> BrokerSettings:

@@ -91,6 +91,13 @@ _STANDALONE_FLAGS: list[tuple[str, str, type, str]] = [
         float,
         "how often Pulsar connections are checked for an expired token (default 60)",
     ),
+    (
+        "--authorization-enabled",
+        "authorization_enabled",
+        str,
+        "check roles' permissions (needs authentication): true | false (default)",
+    ),
+    ("--superuser-roles", "superuser_roles", str, "comma-separated roles that may do everything"),
     ("--group-min-session-timeout-ms", "group_min_session_timeout_ms", int, "shortest session ms"),
     ("--group-max-session-timeout-ms", "group_max_session_timeout_ms", int, "longest session ms"),
     (
@@ -380,7 +387,8 @@ def _standalone(args: argparse.Namespace) -> int:
 
 
 def _admin(args: argparse.Namespace) -> int:
-    result = args.admin_action(args, RestClient(admin_url(args.url)))
+    token = args.token or os.environ.get("MAGNETAR_TOKEN") or None
+    result = args.admin_action(args, RestClient(admin_url(args.url), token=token))
     if args.json:
         print(json.dumps(result if result is not None else {"ok": True}, indent=2))
     elif result is None:

@@ -469,7 +469,65 @@ TOPICS += [
     ("compaction-status", "", _TOPIC, lambda a, r: r.call("GET", _t(a, "/compaction"))),
 ]
 
+
 # pulsar-admin spells these as topics subcommands too.
+def _actions(text: str) -> list[str]:
+    return [a.strip() for a in text.split(",") if a.strip()]
+
+
+_GRANT: list[Arg] = [
+    (["--role"], {"required": True, "help": "the role granted"}),
+    (["--actions"], {"required": True, "help": "comma-separated: produce,consume,functions..."}),
+]
+NAMESPACES += [
+    (
+        "grant-permission",
+        "grant a role actions on every topic of the namespace",
+        [*_NS, *_GRANT],
+        lambda a, r: r.call("POST", _ns(a, f"/permissions/{a.role}"), _actions(a.actions)),
+    ),
+    (
+        "revoke-permission",
+        "take a role's namespace grant away",
+        [*_NS, (["--role"], {"required": True})],
+        lambda a, r: r.call("DELETE", _ns(a, f"/permissions/{a.role}")),
+    ),
+    (
+        "permissions",
+        "roles and their actions",
+        _NS,
+        lambda a, r: r.call("GET", _ns(a, "/permissions")),
+    ),
+    (
+        "grant-subscription-permission",
+        "reserve a subscription name to roles",
+        [*_NS, (["--subscription", "-s"], {"required": True}), (["--roles"], {"required": True})],
+        lambda a, r: r.call(
+            "POST", _ns(a, f"/permissions/subscription/{a.subscription}"), _actions(a.roles)
+        ),
+    ),
+]
+TOPICS += [
+    (
+        "grant-permission",
+        "grant a role actions on the topic",
+        [*_TOPIC, *_GRANT],
+        lambda a, r: r.call("POST", _t(a, f"/permissions/{a.role}"), _actions(a.actions)),
+    ),
+    (
+        "revoke-permission",
+        "take a role's topic grant away",
+        [*_TOPIC, (["--role"], {"required": True})],
+        lambda a, r: r.call("DELETE", _t(a, f"/permissions/{a.role}")),
+    ),
+    (
+        "permissions",
+        "roles and their actions",
+        _TOPIC,
+        lambda a, r: r.call("GET", _t(a, "/permissions")),
+    ),
+]
+
 TOPICS += [
     ("create-subscription", *SUBSCRIPTIONS[1][1:]),
     ("unsubscribe", *SUBSCRIPTIONS[2][1:]),
@@ -533,6 +591,9 @@ def add_admin(commands: Any) -> None:
         "--url", default=None, help="admin URL (default MAGNETAR_URL, else from MAGNETAR_HTTP_PORT)"
     )
     admin.add_argument("--json", action="store_true", help="print results as JSON")
+    admin.add_argument(
+        "--token", default=None, help="token sent as Authorization: Bearer (default MAGNETAR_TOKEN)"
+    )
     groups = admin.add_subparsers(dest="group", metavar="GROUP", required=True)
     for group, (text, table) in GROUPS.items():
         parser = groups.add_parser(group, help=text)

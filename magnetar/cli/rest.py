@@ -24,9 +24,10 @@ class AdminCallError(MagnetarError):
 
 
 class RestClient:
-    def __init__(self, url: str, timeout: float = 30.0) -> None:
+    def __init__(self, url: str, timeout: float = 30.0, token: str | None = None) -> None:
         self.url = url.rstrip("/")
         self.timeout = timeout
+        self.token = token  # sent as Authorization: Bearer when the node authenticates
 
     def call(self, method: str, path: str, body: Any = None) -> Any:
         """Send one request; returns the decoded JSON answer (None for 204). A 307/308
@@ -42,6 +43,8 @@ class RestClient:
                     f"--url must be an http(s) URL such as http://localhost:8080, got {self.url!r}"
                 ) from None
             request.add_header("Content-Type", "application/json")
+            if self.token:
+                request.add_header("Authorization", f"Bearer {self.token}")
             try:
                 with urllib.request.urlopen(request, timeout=self.timeout) as response:
                     raw = response.read()

@@ -101,6 +101,9 @@ class Settings:
     # how often long-lived Pulsar connections are checked for an expired credential (which
     # is then refreshed through AUTH_CHALLENGE, or the connection closed)
     authentication_refresh_check_seconds: float = 60.0
+    # authorization (needs authentication): super-users, tenant admins and granted actions
+    authorization_enabled: bool = False
+    superuser_roles: str = ""  # comma-separated roles that may do everything
     kafka_namespace: str = "public/default"  # Kafka topic NAME = persistent://<this>/NAME
     # session timeouts a Kafka group member may ask for (Kafka's group.min/max.session.timeout.ms)
     group_min_session_timeout_ms: int = 6_000

@@ -20,6 +20,7 @@ from magnetar import __version__
 from magnetar.broker import Broker
 from magnetar.broker import errors as be
 from magnetar.broker.admin import PreconditionFailedError, TopicAdmin
+from magnetar.broker.authorization import Authorizer
 from magnetar.broker.offload import OffloadService
 from magnetar.broker.ownership import BrokerInfo
 from magnetar.core.authentication import AuthenticationError, Authenticator, Identity
@@ -37,6 +38,7 @@ from magnetar.http.iceberg import iceberg_routes
 from magnetar.http.metrics import MetricsEndpoint, MetricSource
 from magnetar.http.non_persistent import non_persistent_routes
 from magnetar.http.offload import offload_routes
+from magnetar.http.permissions import authorize
 from magnetar.http.routes import Handler, Route, ok, openapi
 from magnetar.http.stats import stats_routes
 
@@ -185,7 +187,9 @@ class HttpServer:
         service_url_tls: str | None = None,
         authenticator: Authenticator | None = None,
         anonymous_role: str = "",
+        authorizer: Authorizer | None = None,
     ):
+        self.authorizer = authorizer  # None: an authenticated request may do anything
         self.authenticator = authenticator  # None: every request is served, as before
         self.anonymous_role = anonymous_role
         self.broker = broker
@@ -244,6 +248,8 @@ class HttpServer:
         middlewares = [errors_as_json, valid_names, redirect_to_owner(self.broker)]
         if self.authenticator is not None:
             middlewares.insert(1, authenticate(self.authenticator, self.anonymous_role))
+            if self.authorizer is not None:
+                middlewares.insert(2, authorize(self.authorizer))
         app = web.Application(middlewares=middlewares, client_max_size=MAX_BODY_BYTES)
         table = self.routes()
         spec = openapi(table, __version__)

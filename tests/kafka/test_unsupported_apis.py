@@ -16,7 +16,6 @@ from tests.kafka.conftest import TIMEOUT_S, RawKafka
 
 from kafka.protocol.admin import (  # isort: skip
     AlterReplicaLogDirsRequest,
-    DescribeAclsRequest,
     DescribeClusterRequest,
     ListTransactionsRequest,
 )
@@ -24,15 +23,6 @@ from kafka.protocol.metadata import ApiVersionsRequest  # isort: skip
 
 UNSUPPORTED_VERSION = 35
 UNSERVED = [
-    DescribeAclsRequest[1](
-        resource_type_filter=1,
-        resource_name_filter=None,
-        pattern_type_filter=3,
-        principal_filter=None,
-        host_filter=None,
-        operation=1,
-        permission_type=1,
-    ),
     DescribeClusterRequest[0](include_cluster_authorized_operations=False),
     ListTransactionsRequest[0](state_filters=[], producer_id_filters=[]),
 ]

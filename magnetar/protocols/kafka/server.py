@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from magnetar.broker import Broker
+from magnetar.broker.authorization import Authorizer
 from magnetar.core.authentication import AuthenticationError, Authenticator
 from magnetar.core.connections import (
     ConnectionGate,
@@ -36,8 +37,10 @@ from magnetar.core.connections import (
 from magnetar.core.metrics import Histogram
 from magnetar.core.tls import peer_common_name
 from magnetar.protocols.kafka import (
+    acls,
     admin,
     alter_configs,
+    authorize,
     fetch,
     group_admin,
     groups,
@@ -83,6 +86,9 @@ HANDLERS: dict[int, Handler] = {
     wire.OFFSET_DELETE: group_admin.offset_delete,
     wire.SASL_HANDSHAKE: sasl.sasl_handshake,
     wire.SASL_AUTHENTICATE: sasl.sasl_authenticate,
+    wire.CREATE_ACLS: acls.create_acls,
+    wire.DESCRIBE_ACLS: acls.describe_acls,
+    wire.DELETE_ACLS: acls.delete_acls,
 }
 # what a connection may ask before it has authenticated (with authentication on)
 _BEFORE_AUTHENTICATION = {wire.API_VERSIONS, wire.SASL_HANDSHAKE, wire.SASL_AUTHENTICATE}
@@ -99,10 +105,11 @@ class KafkaServer:
         limits: ConnectionLimits | None = None,
         ssl_context: ssl.SSLContext | None = None,
         authenticator: Authenticator | None = None,
+        authorizer: Authorizer | None = None,
     ) -> None:
         if ssl_context is None:  # no SSL listener without a context
             settings = dataclasses.replace(settings, ssl_port=None)
-        self.service = Service(broker, settings, authenticator)
+        self.service = Service(broker, settings, authenticator, authorizer)
         self.limits = limits or ConnectionLimits()
         self.gate = ConnectionGate("Kafka", self.limits)
         self.ssl_context = ssl_context
@@ -289,11 +296,20 @@ class Connection(asyncio.Protocol):
         handler = HANDLERS[request.api_key]
         started = time.perf_counter()
         try:
-            values = await handler(self.service, self.session, request)
+            values = await authorize.run(handler, self.service, self.session, request)
             answer = None if values is None else wire.encode_response(request, values)
             self._observe(request.api_key, time.perf_counter() - started)
             return answer
         except produce.AcksZeroFailure:
+            self.close()
+            return None
+        except authorize.Denied:
+            log.warning(
+                "closing Kafka connection from %s: API %d is not allowed to role %r",
+                self.session.peer,
+                request.api_key,
+                self.session.identity.role if self.session.identity else None,
+            )
             self.close()
             return None
         except Exception:

@@ -14,6 +14,7 @@ import weakref
 from dataclasses import dataclass, field
 
 from magnetar.broker import AccessMode, Broker, Producer, Topic
+from magnetar.broker.authorization import Authorizer
 from magnetar.core.authentication import Authenticator, Identity
 from magnetar.core.errors import MagnetarError
 from magnetar.core.metrics import Histogram
@@ -50,11 +51,16 @@ class Service:
     """Per-listener state shared by every connection."""
 
     def __init__(
-        self, broker: Broker, settings: KafkaSettings, authenticator: Authenticator | None = None
+        self,
+        broker: Broker,
+        settings: KafkaSettings,
+        authenticator: Authenticator | None = None,
+        authorizer: Authorizer | None = None,
     ) -> None:
         self.broker = broker
         self.settings = settings
         self.authenticator = authenticator  # None: no SASL, every connection is served
+        self.authorizer = authorizer  # None: an authenticated client may do anything
         self.topics = KafkaTopics(broker, settings.namespace)
         self.groups = GroupCoordinator(
             settings.min_session_timeout_ms, settings.max_session_timeout_ms

@@ -49,6 +49,7 @@ DELETE_RECORDS, ALTER_CONFIGS, DESCRIBE_LOG_DIRS, CREATE_PARTITIONS = 21, 33, 35
 DELETE_GROUPS, ELECT_LEADERS, INCREMENTAL_ALTER_CONFIGS, OFFSET_DELETE = 42, 43, 44, 47
 DESCRIBE_TOPIC_PARTITIONS = 75
 SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
+DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
 _OWN_SCHEMAS = "magnetar.protocols.kafka.schemas"  # messages kafka-python does not ship
 
 
@@ -112,6 +113,9 @@ _APIS: dict[int, tuple[Any, Any, int, int]] = {
     # v0 handshakes are followed by bare SASL tokens outside Kafka framing: not served
     SASL_HANDSHAKE: (sasl.SaslHandshakeRequest, sasl.SaslHandshakeResponse, 1, 1),
     SASL_AUTHENTICATE: (sasl.SaslAuthenticateRequest, sasl.SaslAuthenticateResponse, 0, 2),
+    DESCRIBE_ACLS: (admin.DescribeAclsRequest, admin.DescribeAclsResponse, 0, 3),
+    CREATE_ACLS: (admin.CreateAclsRequest, admin.CreateAclsResponse, 0, 3),
+    DELETE_ACLS: (admin.DeleteAclsRequest, admin.DeleteAclsResponse, 0, 3),
 }
 SUPPORTED: Mapping[int, tuple[int, int]] = {k: (v[2], v[3]) for k, v in _APIS.items()}
 _PREFIX = struct.Struct(">hhi")

@@ -118,6 +118,7 @@ class Commands:
     async def _on_partitioned_metadata(self, frame: Frame) -> None:
         cmd = frame.command.partition_metadata
         name = self.conn.topic_name(cmd.topic)
+        await self.conn.authorize(name, "lookup")
         await self.broker.policies(name)  # a missing namespace is an error, not 0 partitions
         partitions = await self.broker.partitions(name)
         self.conn.write(responses.partitioned_metadata_response(cmd.request_id, partitions))
@@ -125,6 +126,7 @@ class Commands:
     async def _on_lookup(self, frame: Frame) -> None:
         cmd = frame.command.lookup_topic
         name = self.conn.topic_name(cmd.topic)
+        await self.conn.authorize(name, "lookup")
         await self.broker.policies(name)
         wanted = cmd.advertised_listener_name
         if wanted and wanted not in self.conn.server.listeners:
@@ -175,6 +177,7 @@ class Commands:
     async def _on_producer(self, frame: Frame) -> None:
         cmd = frame.command.producer
         name = self.conn.topic_name(cmd.topic)
+        await self.conn.authorize(name, "produce")
         topic: Topic | NonPersistentTopic
         if name.domain == NON_PERSISTENT:
             topic = await self.broker.get_non_persistent_topic(name)
@@ -270,6 +273,7 @@ class Commands:
     async def _on_subscribe(self, frame: Frame) -> None:
         cmd = frame.command.subscribe
         name = self.conn.topic_name(cmd.topic)
+        await self.conn.authorize(name, "consume", subscription=cmd.subscription)
         if name.domain == NON_PERSISTENT:
             await self._subscribe_non_persistent(cmd, name)
             return

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from magnetar.broker import errors as be
+from magnetar.broker.authorization import AuthorizationError
 from magnetar.broker.ownership import NotOwnerError
 from magnetar.core.errors import InvalidNameError, MagnetarError
 from magnetar.protocols.pulsar._proto import pulsar_api_pb2 as pb
@@ -10,6 +11,7 @@ from magnetar.protocols.pulsar.errors import MessageRefusedError
 from magnetar.storage import StorageError
 
 _MAP: list[tuple[type[MagnetarError], pb.ServerError]] = [
+    (AuthorizationError, pb.ServerError.AuthorizationError),
     (NotOwnerError, pb.ServerError.ServiceNotReady),
     (be.TopicFencedError, pb.ServerError.ServiceNotReady),
     (be.SubscriptionNotFoundError, pb.ServerError.SubscriptionNotFound),

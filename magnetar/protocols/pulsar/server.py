@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 
 from magnetar import __version__
 from magnetar.broker import Broker, Consumer, Delivery, SubType
+from magnetar.broker.authorization import Authorizer
 from magnetar.broker.formats import KAFKA
 from magnetar.core.authentication import AuthenticationError, Authenticator, Identity
 from magnetar.core.connections import (
@@ -83,8 +84,10 @@ class PulsarServer:
         authenticator: Authenticator | None = None,
         anonymous_role: str = "",
         refresh_interval: float = 60.0,
+        authorizer: Authorizer | None = None,
     ) -> None:
         self.broker = broker
+        self.authorizer = authorizer  # None: an authenticated client may do anything
         # who clients are (None: anyone who connects is served, as before authentication)
         self.authenticator = authenticator
         self.anonymous_role = anonymous_role  # a client sending no credential gets this
@@ -334,6 +337,17 @@ class Connection(asyncio.Protocol):
         if not method and self.peer_cn and "tls" in auth.providers:
             method = "tls"
         return auth.authenticate(method, data, self.peer_cn)
+
+    async def authorize(self, name: TopicName, action: str, *, subscription: str = "") -> None:
+        """AuthorizationError unless the client's role may ``action`` on ``name`` (and use
+        ``subscription``); nothing to check without authorization."""
+        auth = self.server.authorizer
+        if auth is None or self.identity is None:
+            return
+        if subscription:
+            await auth.require_subscription(self.identity.role, name, subscription)
+        else:
+            await auth.require(self.identity.role, name, action)
 
     def authenticated(self, identity: Identity) -> None:
         """The client proved ``identity``: check its expiry every refresh interval."""
