@@ -10,6 +10,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from magnetar.ledger import ManagedLedger
 from magnetar.storage import SegmentState
 from magnetar.tier import LocalObjectStore, S3ObjectStore
 from tests.iceberg.conftest import OpenIcebergRig
@@ -203,4 +204,28 @@ async def test_maintenance_expires_old_snapshots_but_keeps_the_newest(
         s.end_offset - s.first_offset
         for s in rig.ledger.segments()
         if s.state is SegmentState.OFFLOADED
+    )
+
+
+async def test_the_partitions_of_a_topic_share_one_table(open_iceberg_rig: OpenIcebergRig) -> None:
+    rig = await open_iceberg_rig(partition="public/default/orders-partition-0")
+    other = await ManagedLedger.open("public/default/orders-partition-1", rig.engine, rig.tier)
+    await append_orders(rig.ledger, 0, 20, batch=1)
+    await append_orders(other, 100, 20, batch=1)
+    for ledger in (rig.ledger, other):
+        for seg in [s for s in ledger.segments() if s.state is SegmentState.CLOSED]:
+            await ledger.offload(seg.segment_id, value_schema=schema(ORDER_V1))
+    rows = read_table(rig.tables)  # sorted by partition, then offset
+    by_partition = {p: [r["id"] for r in rows.to_pylist() if r["__partition"] == p] for p in (0, 1)}
+    assert by_partition[0] == list(range(len(by_partition[0])))
+    assert by_partition[1] == list(range(100, 100 + len(by_partition[1])))
+    assert len(by_partition[0]) == len(by_partition[1]) > 0
+    assert rig.tables.catalog.list_tables(("public", "default")) == [
+        ("public", "default", "orders")
+    ]
+    await other.trim(other.segments()[1].first_offset)  # retention in one partition only
+    left = read_table(rig.tables)
+    assert [r["__partition"] for r in left.to_pylist()].count(0) == len(by_partition[0])
+    assert min(r["__offset"] for r in left.to_pylist() if r["__partition"] == 1) == (
+        other.segments()[0].first_offset
     )
