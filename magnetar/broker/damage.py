@@ -60,6 +60,7 @@ class DamageGuard:
                 )
                 self.blocked_at = None
             return entries
+        sub.kick()  # skipped a run of damaged entries: go on reading after this round
         return []
 
     def _wait(self, sub: Subscription, start: int, error: CorruptionError) -> None:

@@ -3,7 +3,7 @@ answer a failed local write (nothing of the failed append was acknowledged)."""
 
 from __future__ import annotations
 
-from magnetar.storage.errors import StorageError
+from magnetar.storage.errors import CorruptionError, StorageError
 
 
 class NotEnoughStorageNodesError(StorageError):
@@ -19,6 +19,16 @@ class LedgerFencedError(StorageError):
     thought dead): this broker must not acknowledge anything more for it."""
 
     code = "cluster.fenced"
+
+
+class ReplicasDamagedError(CorruptionError):
+    """Every replica of an entry answered that its copy is damaged: no good copy is left.
+    A damaged-data error like a local segment's (Kafka CORRUPT_MESSAGE; Pulsar
+    subscriptions wait or skip, see auto_skip_non_recoverable_data)."""
+
+    def __init__(self, message: str) -> None:
+        StorageError.__init__(self, message)
+        self.path, self.position = "", 0
 
 
 class NodeUnavailableError(StorageError):

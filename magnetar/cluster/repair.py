@@ -117,6 +117,16 @@ class Repairs:
             )
             return 0
         lid = ledger.ledger_id
+        lost = await self._without_good_copy(ledger, node)
+        if lost:  # dropping this copy could lose them: leave it, say so
+            log.warning(
+                "ledger %d: the copy on %s is not repaired: entries %s have no intact copy on "
+                "another storage node",
+                lid,
+                node,
+                _ids(lost),
+            )
+            return 0
         await self._call(node, Op.DELETE, lid)
         copied = 0
         for first, end in spans:
@@ -135,6 +145,19 @@ class Repairs:
             copied,
         )
         return copied
+
+    async def _without_good_copy(self, ledger: Ledger, node: str) -> list[int]:
+        """The entries ``node`` should hold that no other node holds intact (each other
+        replica reads and verifies its copy first)."""
+        good: set[int] = set()
+        for other in sorted({n for _, nodes in ledger.ensembles for n in nodes} - {node}):
+            report = await self._check_replica(ledger, other, record=False)
+            if "could not be checked" in report["error"]:  # unreachable: vouches for nothing
+                continue
+            bad = set(report["damaged"]) | set(report["missing"])
+            good |= {e for e in report["expected"] if e not in bad}
+        wanted = [e for e in range(ledger.last_entry + 1) if node in ledger.write_set(e)]
+        return [e for e in wanted if e not in good]
 
     @staticmethod
     def _spans(ledger: Ledger, node: str) -> list[tuple[int, int]]:
@@ -181,17 +204,23 @@ class Repairs:
                 if replica["error"] and repair and info.state is not SegmentState.OPEN:
                     copied = await self.repair(ledger, node)
                     replica = {**await self._check_replica(ledger, node), "repaired": copied}
+                replica.pop("expected", None)
                 row["replicas"].append(replica)
             row["error"] = "; ".join(r["error"] for r in row["replicas"] if r["error"])
             rows.append(row)
         return rows
 
-    async def _check_replica(self, ledger: Ledger, node: str) -> dict[str, Any]:
+    async def _check_replica(
+        self, ledger: Ledger, node: str, *, record: bool = True
+    ) -> dict[str, Any]:
+        """What ``node`` holds of ``ledger``: entries, damaged and missing ids, ``error``.
+        With ``record``, a problem found is remembered for repair (a clean copy forgets)."""
         lid = ledger.ledger_id
         out: dict[str, Any] = {"node": node, "entries": 0, "damaged": [], "missing": []}
         expected = [e for e in range(ledger.last_entry + 1) if node in ledger.write_set(e)]
         if not expected:
             return {**out, "error": ""}
+        out["expected"] = expected
         try:
             status, body = await self.store.nodes.call(node, Op.CHECK, LEDGER.pack(lid))
             held: set[int] = set()
@@ -220,6 +249,8 @@ class Repairs:
             else:
                 problems.append(f"entries {_ids(missing)} missing")
         error = f"storage node {node}: ledger {lid}: " + "; ".join(problems) if problems else ""
+        if not record:
+            return {**out, "error": error}
         if error:
             self.found.setdefault(lid, {})[node] = error
             self._ledgers[lid] = ledger

@@ -34,6 +34,7 @@ from magnetar.cluster.errors import (
     LedgerFencedError,
     NodeUnavailableError,
     NotEnoughStorageNodesError,
+    ReplicasDamagedError,
 )
 from magnetar.cluster.repair import Repairs
 from magnetar.cluster.wire import (
@@ -746,6 +747,7 @@ class ReplicatedStorage:
         while eid <= last and (size < max_bytes or not out):
             got: list[Record] = []
             errors = []
+            damaged = 0
             for node in ledger.write_set(eid):
                 try:
                     status, body = await self.nodes.call(
@@ -763,7 +765,17 @@ class ReplicatedStorage:
                     self.repairs.met(ledger, node, problem)
                     if got:
                         break
+                    damaged += 1
+                    errors.append(problem)
+                    continue
                 errors.append(f"{node}: {status.name}")
+            if not got and out:  # what lies before it is delivered; the next read meets it
+                break
+            if not got and damaged == len(ledger.write_set(eid)):
+                raise ReplicasDamagedError(
+                    f"entry {eid} of ledger {ledger.ledger_id} is damaged on every replica "
+                    f"({'; '.join(errors)}); restore it from a backup"
+                )
             if not got:
                 raise StorageError(
                     f"entry {eid} of ledger {ledger.ledger_id} could not be read from any "
@@ -775,32 +787,51 @@ class ReplicatedStorage:
         return out
 
     async def _index(self, ledger: Ledger) -> array.array[int]:
-        """Base offsets by entry id: kept for ledgers written here, else fetched once from
-        the replicas (the union of what each holds)."""
-        if ledger.bases is not None and len(ledger.bases) > ledger.last_entry:
-            return ledger.bases
-        rows: dict[int, tuple[int, int]] = {}
+        """Base offsets by entry id (see :meth:`_index_arrays`)."""
+        return (await self._index_arrays(ledger))[0]
+
+    async def _index_arrays(self, ledger: Ledger) -> tuple[array.array[int], array.array[int]]:
+        """Base offsets and publish times by entry id: kept for ledgers written here, else
+        fetched once from the replicas (the union of what each holds).
+
+        Entries no replica holds although every replica answered (lost to damage, see
+        :mod:`.repair`) get the end offset of the entry before them: a read there meets the
+        damage on every replica. Such an index is not kept: after a repair it is fetched again.
+        """
+        kept, kept_times = ledger.bases, ledger.times
+        if kept is not None and kept_times is not None and len(kept) > ledger.last_entry:
+            return kept, kept_times
+        rows: dict[int, tuple[int, int, int]] = {}
         nodes = {n for _, ns in ledger.ensembles for n in ns}
+        answered = 0
         for node in nodes:
             try:
                 status, body = await self.nodes.call(node, Op.INDEX, LEDGER.pack(ledger.ledger_id))
             except NodeUnavailableError:
                 continue
+            answered += status in (Status.OK, Status.NO_LEDGER)
             if status is not Status.OK:
                 continue
             for at in range(0, len(body), INDEX_ROW.size):
-                eid, base, _count, ts = INDEX_ROW.unpack_from(body, at)
+                eid, base, count, ts = INDEX_ROW.unpack_from(body, at)
                 if eid <= ledger.last_entry:
-                    rows[eid] = (base, ts)
+                    rows[eid] = (base, count, ts)
         missing = [i for i in range(ledger.last_entry + 1) if i not in rows]
-        if missing:
+        if missing and answered < len(nodes):
             raise StorageError(
                 f"entries {missing[:5]}… of ledger {ledger.ledger_id} are on no reachable "
                 "storage node"
             )
-        ledger.bases = array.array("q", (rows[i][0] for i in range(ledger.last_entry + 1)))
-        ledger.times = array.array("q", (rows[i][1] for i in range(ledger.last_entry + 1)))
-        return ledger.bases
+        bases, times = array.array("q"), array.array("q")
+        end, ts = ledger.info.first_offset, ledger.info.first_publish_time
+        for i in range(ledger.last_entry + 1):
+            base, count, ts = rows.get(i, (end, 0, ts))
+            bases.append(base)
+            times.append(ts)
+            end = base + count
+        if not missing:
+            ledger.bases, ledger.times = bases, times
+        return bases, times
 
     async def check(self, name: str, *, repair: bool = False) -> list[dict[str, Any]]:
         """Every storage node of each ledger reads and verifies its copy; a row per ledger
@@ -866,9 +897,8 @@ class ReplicatedStorage:
         ledger = next((lg for lg in part.ledgers if lg.ledger_id == segment_id), None)
         if ledger is None or ledger.info.is_empty:
             return None
-        await self._index(ledger)
-        assert ledger.bases is not None and ledger.times is not None
-        for base, t in zip(ledger.bases, ledger.times, strict=False):
+        bases, times = await self._index_arrays(ledger)
+        for base, t in zip(bases, times, strict=False):
             if t >= ts:
                 return int(base)
         return None

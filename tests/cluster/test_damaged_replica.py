@@ -210,3 +210,65 @@ def _assert_clean(url: str, topic: str, nodes: set[str]) -> None:
         assert {r["node"] for r in row["replicas"]} == nodes
         for replica in row["replicas"]:  # Qw = E: every node holds every entry, intact
             assert replica["entries"] == row["entries"] and not replica["damaged"], replica
+
+
+def test_an_entry_damaged_on_every_replica_is_skipped_when_told(cluster: Cluster) -> None:
+    """No good copy left: a Kafka consumer gets CORRUPT_MESSAGE there; a Pulsar subscription
+    with --auto-skip-non-recoverable-data skips what no replica can serve, and no copy is
+    dropped by a repair that has nothing to copy from."""
+    nodes = [cluster.add_node(*NODE_ROLL) for _ in range(3)]
+    first = cluster.add_broker(*QUORUM, *ROLL)
+    name = f"damaged-all-{uuid.uuid4().hex[:8]}"
+    topic = f"persistent://public/default/{name}"
+    client = pulsar.Client(first.pulsar_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    producer = client.create_producer(topic, batching_enabled=False)
+    sent = [f"{i:04d}".encode() * 25 for i in range(COUNT)]
+    for value in sent:
+        producer.send(value)
+    client.close()
+    first.stop()
+    one_id = cluster.ledgers(topic)[0]["info"]["segment_id"]
+    for node in nodes:  # entry 20 of ledger 1 on every node; each loses 20..39 at start
+        _damage(cluster, node, one_id, 20)
+
+    broker = cluster.add_broker(*QUORUM, *ROLL, "--auto-skip-non-recoverable-data", "true")
+    consumer_client = pulsar.Client(
+        broker.pulsar_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
+    )
+    try:
+        consumer = consumer_client.subscribe(
+            topic, "s", initial_position=pulsar.InitialPosition.Earliest
+        )
+        got = []
+        while not got or got[-1] != sent[-1]:
+            msg = consumer.receive(30_000)
+            got.append(msg.data())
+            consumer.acknowledge(msg)
+        assert got == sent[:20] + sent[40:]
+        path = f"{broker.http_url}/admin/v2/persistent/public/default/{name}/stats"
+        with urllib.request.urlopen(path, timeout=30) as r:
+            assert json.loads(r.read())["subscriptions"]["s"]["msgSkippedAsDamaged"] == 20
+    finally:
+        consumer_client.close()
+
+    kafka = confluent_kafka.Consumer(
+        {"bootstrap.servers": f"127.0.0.1:{broker.kafka_port}", "group.id": "g"}
+    )
+    try:
+        kafka.assign([confluent_kafka.TopicPartition(name, 0, 0)])
+        values, error = [], None
+        while error is None:
+            msg = kafka.poll(30)
+            assert msg is not None, f"nothing after {len(values)} records: the damage was silent"
+            if msg.error():
+                error = msg.error()
+            else:
+                values.append(msg.value())
+        assert values == sent[:20]
+        assert error.code() == confluent_kafka.KafkaError.INVALID_MSG, error  # CORRUPT_MESSAGE
+    finally:
+        kafka.close()
+    check = _admin(broker.http_url, "topics", "check", "--repair", topic)
+    assert check.returncode == 1, check.stdout + check.stderr
+    assert "entries 20, 21" in check.stderr
+    assert any("no intact copy on another storage node" in line for line in broker.output)
