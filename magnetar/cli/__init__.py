@@ -284,6 +284,7 @@ def build_parser() -> argparse.ArgumentParser:
         "MAGNETAR_* environment variables and these flags, in that order of precedence.",
     )
     standalone.add_argument("--config", "-c", help="TOML settings file")
+    standalone.add_argument("--pulsar-conf", help="a Pulsar broker.conf / standalone.conf")
     for flag, dest, kind, text in _STANDALONE_FLAGS:
         standalone.add_argument(flag, dest=dest, type=kind, help=text)
     standalone.set_defaults(handler=_standalone, flags=_STANDALONE_FLAGS)
@@ -295,6 +296,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(zk://HOST:PORT[/chroot]).",
     )
     broker.add_argument("--config", "-c", help="TOML settings file")
+    broker.add_argument("--pulsar-conf", help="a Pulsar broker.conf / standalone.conf")
     for flag, dest, kind, text in _STANDALONE_FLAGS + _REPLICATION_FLAGS:
         broker.add_argument(flag, dest=dest, type=kind, help=text)
     broker.set_defaults(handler=_broker, flags=_STANDALONE_FLAGS + _REPLICATION_FLAGS)
@@ -319,7 +321,8 @@ def build_parser() -> argparse.ArgumentParser:
 def settings_from_args(args: argparse.Namespace) -> Settings:
     flags = getattr(args, "flags", _STANDALONE_FLAGS)
     overrides = {dest: getattr(args, dest, None) for _, dest, _, _ in flags}
-    return build_settings(config_file=args.config, overrides=overrides)
+    pulsar_conf = getattr(args, "pulsar_conf", None)
+    return build_settings(config_file=args.config, overrides=overrides, pulsar_conf=pulsar_conf)
 
 
 def _require_zookeeper(settings: Settings, command: str) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from magnetar.core.errors import ConfigError
+from magnetar.core.pulsar_conf import read_pulsar_conf, translate
 from magnetar.core.tls import TlsFiles
 
 if TYPE_CHECKING:
@@ -319,11 +320,16 @@ def build_settings(
     config_file: str | os.PathLike[str] | None = None,
     env: Mapping[str, str] | None = None,
     overrides: Mapping[str, Any] | None = None,
+    pulsar_conf: str | os.PathLike[str] | None = None,
 ) -> Settings:
-    """Merge the four sources and validate. Raises ConfigError naming the bad setting."""
+    """Merge the sources and validate: a Pulsar broker.conf (``pulsar_conf``), the TOML
+    file, the environment, the flags, each over the one before. Raises ConfigError naming
+    the bad setting."""
     raw: dict[str, Any] = {}
+    if pulsar_conf is not None:
+        raw.update(read_pulsar_conf(Path(pulsar_conf))[0])
     if config_file is not None:
-        raw.update(_read_toml(Path(config_file)))
+        raw.update(translate(_read_toml(Path(config_file)))[0])
     raw.update(_from_env(os.environ if env is None else env))
     raw.update({k: v for k, v in (overrides or {}).items() if v is not None})
     values = {name: _coerce(name, value) for name, value in raw.items()}
