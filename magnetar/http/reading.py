@@ -13,6 +13,7 @@ import json
 import re
 from typing import Any
 
+import aiohttp
 from aiohttp import web
 
 from magnetar.broker import Broker, SubType
@@ -97,35 +98,10 @@ async def _partitions(broker: Broker, name: TopicName) -> list[tuple[int, TopicN
 
 
 async def _plan(broker: Broker, name: TopicName, flight_url: str | None) -> dict[str, Any]:
-    parts = []
-    for index, part in await _partitions(broker, name):
-        topic = await broker.get_topic(part, create=True)
-        ledger = topic.ledger
-        segments = [
-            {
-                "id": s.segment_id,
-                "first": s.first_offset,
-                "end": s.end_offset,
-                "minTime": s.first_publish_time if s.entries else None,
-                "maxTime": s.max_publish_time if s.entries else None,
-                "state": s.state.value,
-                "local": s.local,
-                "object": (s.offload or {}).get("key"),
-                "replicas": await ledger.replica_reads(s.segment_id)
-                if s.state.value == "CLOSED" and s.local
-                else None,
-            }
-            for s in ledger.segments()
-        ]
-        parts.append(
-            {
-                "index": index,
-                "name": part.path,
-                "start": ledger.start_offset,
-                "end": ledger.end_offset,
-                "segments": segments,
-            }
-        )
+    parts = [
+        await _partition_plan(broker, index, part, flight_url)
+        for index, part in await _partitions(broker, name)
+    ]
     return {
         "topic": str(name),
         "partitions": parts,
@@ -133,6 +109,65 @@ async def _plan(broker: Broker, name: TopicName, flight_url: str | None) -> dict
         "flight": flight_url,
         "schema": await _schema(broker, name),
     }
+
+
+async def _partition_plan(
+    broker: Broker, index: int, part: TopicName, flight_url: str | None
+) -> dict[str, Any]:
+    """One partition's offsets and segments, with where to read them (its ``flight`` and
+    ``store``): from this broker, or — several brokers — from the broker that owns it."""
+    ownership = broker.ownership
+    if ownership is not None:
+        owner = await ownership.owner(part)
+        if owner is not None and owner.id != ownership.me.id:
+            return await _remote_partition_plan(owner.http, index, part)
+    topic = await broker.get_topic(part, create=True)
+    ledger = topic.ledger
+    segments = [
+        {
+            "id": s.segment_id,
+            "first": s.first_offset,
+            "end": s.end_offset,
+            "minTime": s.first_publish_time if s.entries else None,
+            "maxTime": s.max_publish_time if s.entries else None,
+            "state": s.state.value,
+            "local": s.local,
+            "object": (s.offload or {}).get("key"),
+            "replicas": await ledger.replica_reads(s.segment_id)
+            if s.state.value == "CLOSED" and s.local
+            else None,
+        }
+        for s in ledger.segments()
+    ]
+    return {
+        "index": index,
+        "name": part.path,
+        "start": ledger.start_offset,
+        "end": ledger.end_offset,
+        "segments": segments,
+        "flight": flight_url,
+        "store": broker.ledgers.object_store_url,
+    }
+
+
+async def _remote_partition_plan(http: str, index: int, part: TopicName) -> dict[str, Any]:
+    url = f"{http.rstrip('/')}/magnetar/v1/topics/{part.path}/plan"
+    try:
+        timeout = aiohttp.ClientTimeout(total=10)
+        async with aiohttp.ClientSession(timeout=timeout) as client, client.get(url) as r:
+            body = await r.json(content_type=None)
+            if r.status != 200:
+                reason = body.get("reason", body) if isinstance(body, dict) else body
+                raise web.HTTPServiceUnavailable(
+                    reason=f"the broker owning {part} answered {r.status}: {reason}"
+                )
+    except (aiohttp.ClientError, TimeoutError, ValueError) as e:
+        raise web.HTTPServiceUnavailable(
+            reason=f"cannot reach the broker owning {part} ({e or type(e).__name__}); retry"
+        ) from None
+    found: dict[str, Any] = body["partitions"][0]
+    found.update(index=index, flight=body["flight"], store=body["store"])
+    return found
 
 
 async def _schema(broker: Broker, name: TopicName) -> dict[str, Any] | None:

@@ -182,7 +182,7 @@ def _partition_slices(
                     p["name"],
                     a,
                     b,
-                    plan["store"],
+                    p.get("store", plan["store"]),
                     seg["object"],
                     min_ts,
                     max_ts,
@@ -201,7 +201,7 @@ def _partition_slices(
                             p["name"],
                             fa,
                             fb,
-                            plan["flight"],
+                            p.get("flight", plan["flight"]),
                             "",
                             min_ts,
                             max_ts,
@@ -219,17 +219,16 @@ def _partition_slices(
                     p["name"],
                     prev.start,
                     b,
-                    plan["flight"],
+                    p.get("flight", plan["flight"]),
                     "",
                     min_ts,
                     max_ts,
                 )
             )
         else:
+            flight = p.get("flight", plan["flight"])
             out.append(
-                Slice(
-                    "flight", topic, p["index"], p["name"], a, b, plan["flight"], "", min_ts, max_ts
-                )
+                Slice("flight", topic, p["index"], p["name"], a, b, flight, "", min_ts, max_ts)
             )
     return out
 

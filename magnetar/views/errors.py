@@ -58,6 +58,35 @@ class UnparsedMessageError(TransformError):
     code = "views.unparsed"
 
 
+class ViewFencedError(ViewError):
+    """Another broker leads the view now: the store holds a newer leader epoch than the
+    writer's (see :meth:`~magnetar.views.stores.base.StateStore.fence`). Nothing was written;
+    the old leader stops its query."""
+
+    code = "views.fenced"
+    status = 409
+
+
+class ViewMovedError(ViewError):
+    """Another broker leads the view: the call belongs there (HTTP 307 to ``location``)."""
+
+    code = "views.moved"
+    status = 307
+
+    def __init__(self, message: str, location: str) -> None:
+        super().__init__(message)
+        self.location = location
+
+
+class ViewNotLedError(ViewError):
+    """Several brokers: no broker leads the view at this moment (its leader just went away
+    and another is taking it over). Retry in a few seconds."""
+
+    code = "views.no_leader"
+    retriable = True
+    status = 503
+
+
 class StateStoreError(ViewError):
     """The state store failed or is unreachable; the transaction in flight was rolled back,
     so a retry of the same batch finds the store as it was before."""

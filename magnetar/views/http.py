@@ -14,7 +14,7 @@ from aiohttp import web
 
 from magnetar.http.bodies import json_body, obj, text
 from magnetar.http.routes import Handler, Route, no_content, ok
-from magnetar.views.errors import InvalidViewError, ViewError
+from magnetar.views.errors import InvalidViewError, ViewError, ViewMovedError
 from magnetar.views.service import ViewService
 
 V = "/views/{name}"
@@ -25,6 +25,8 @@ def _errors(handler: Handler) -> Handler:
     async def wrapped(request: web.Request) -> web.StreamResponse:
         try:
             return await handler(request)
+        except ViewMovedError as e:  # another broker leads the view: the call goes there
+            raise web.HTTPTemporaryRedirect(e.location.rstrip("/") + request.path_qs) from None
         except ViewError as e:
             return web.json_response({"reason": str(e), "code": e.code}, status=e.status)
 
@@ -38,7 +40,7 @@ def view_routes(service: ViewService) -> list[Route]:
         return web.json_response(status, status=201 if created else 200)
 
     async def list_views(request: web.Request) -> web.Response:
-        return ok([await service.status(n) for n in await service.names()])
+        return ok(await service.statuses())
 
     async def get(request: web.Request) -> web.Response:
         return ok(await service.status(request.match_info["name"]))

@@ -139,6 +139,7 @@ class Position:
     batch_id: int = -1
     offsets: Offsets = field(default_factory=dict)
     committed_ms: int = 0
+    epoch: int = 0  # the leader epoch that wrote it (several brokers: see views/leader.py)
 
     def processed(self) -> int:
         return sum(o for parts in self.offsets.values() for o in parts.values())

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import json
 import logging
+import re
+import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -28,6 +30,7 @@ from magnetar.views.errors import (
     TransformError,
     UnparsedMessageError,
     ViewError,
+    ViewFencedError,
 )
 from magnetar.views.model import Offsets, Position, ViewDefinition, ViewState, key_text
 from magnetar.views.session import bind_view_sql, first_line, source_reader
@@ -53,6 +56,25 @@ def offsets_of_batch(checkpoint: Path, batch_id: int) -> Offsets:
     lines = (checkpoint / "offsets" / str(batch_id)).read_text().splitlines()
     parsed: Offsets = json.loads(lines[-1])
     return parsed
+
+
+MARKER = "magnetar.json"  # in the checkpoint: {"base": store batch id of Spark's batch 0}
+# plan nodes whose state lives in Spark's checkpoint (not in the view's store)
+_STATEFUL = re.compile(
+    r"^[\s:+|~-]*(Aggregate|Deduplicate\w*|Join|Window|Distinct|Expand|FlatMapGroupsWithState"
+    r"|TransformWithState\w*|StreamingDeduplicate\w*)\b",
+    re.M,
+)
+
+
+def stateful(frame: Any) -> bool:
+    """Whether ``frame``'s streaming query keeps state in its checkpoint (aggregations,
+    deduplication, joins, windows): such a query cannot resume from offsets alone."""
+    try:
+        plan = frame._jdf.queryExecution().analyzed().toString()
+    except Exception:  # no plan to read: assume the worst (a rebuild, never a wrong total)
+        return True
+    return _STATEFUL.search(plan) is not None
 
 
 def python_batch_limit(max_batch_events: int) -> int:
@@ -111,6 +133,85 @@ class ViewRunner:
         self._spark: Any = None
         self._opts: RunOptions | None = None
         self.restarts = 0  # times its query died inside Spark and was started again
+        # leadership (several brokers): the epoch this runner writes with, the store batch id
+        # of Spark's batch 0 in its checkpoint, and where a fresh checkpoint starts reading
+        self.epoch = 0
+        self.base = 0
+        self.starting: str | Offsets = "earliest"
+        self.fenced = False  # another broker leads the view now: this runner stopped
+
+    # -- taking the lead ------------------------------------------------------------------
+
+    def adopt(self, epoch: int, spark: Any, opts: RunOptions) -> bool:
+        """Lead this version at ``epoch`` (before :meth:`start`): fence the store, so no older
+        leader commits again, then choose where the query starts. The checkpoint is kept
+        when it is this store's (its batch at the store's position planned exactly the
+        store's offsets: the same broker restarting); otherwise Spark's files are cleared
+        and the query starts at the store's offsets, its batch ids continuing the store's.
+        False when that cannot be done: a query whose state lived in a checkpoint this
+        broker lacks (an aggregation led elsewhere), which must be built again."""
+        stored = self.store.fence(self.dataset, epoch)
+        self.epoch, self.position = epoch, stored or Position()
+        base = self._marker_base()
+        if stored is not None and self._checkpoint_holds(stored, base):
+            self.base = base
+            log.info(
+                "view %s: leads at epoch %d from its checkpoint (batch %d)",
+                self.dataset, epoch, stored.batch_id,
+            )  # fmt: skip
+            return True
+        sql = self.definition.sql is not None
+        if stored is not None and sql and stateful(self.prepare(spark, opts)):
+            log.warning(
+                "view %s: leads at epoch %d, but its Spark state (an aggregation's) stayed "
+                "with the broker that led it before",
+                self.dataset, epoch,
+            )  # fmt: skip
+            return False
+        self._clear_checkpoint()
+        self.base = stored.batch_id + 1 if stored is not None else 0
+        starting = stored.offsets if stored is not None else "earliest"
+        if starting != self.starting:
+            self.starting, self._frame = starting, None  # built again from there
+        self._write_marker()
+        if stored is not None:
+            log.warning(
+                "view %s: resumes at epoch %d from the store's offsets (batch %d)",
+                self.dataset, epoch, stored.batch_id,
+            )  # fmt: skip
+        return True
+
+    def _marker_base(self) -> int:
+        try:
+            return int(json.loads((self.checkpoint / MARKER).read_text())["base"])
+        except FileNotFoundError:
+            return 0  # a checkpoint from before leader epochs: Spark's ids are the store's
+        except (OSError, ValueError, KeyError, TypeError):
+            return -1  # unreadable: never trusted
+
+    def _checkpoint_holds(self, stored: Position, base: int) -> bool:
+        batch = stored.batch_id - base
+        if base < 0 or batch < 0:
+            return False
+        try:
+            return offsets_of_batch(self.checkpoint, batch) == stored.offsets
+        except (OSError, ValueError):
+            return False
+
+    def _clear_checkpoint(self) -> None:
+        """Remove Spark's files; the unparsed counts beside them stay."""
+        if not self.checkpoint.is_dir():
+            return
+        for entry in self.checkpoint.iterdir():
+            if entry.name != "unparsed":
+                if entry.is_dir():
+                    shutil.rmtree(entry)
+                else:
+                    entry.unlink()
+
+    def _write_marker(self) -> None:
+        self.checkpoint.mkdir(parents=True, exist_ok=True)
+        (self.checkpoint / MARKER).write_text(json.dumps({"base": self.base}))
 
     # -- building and starting ----------------------------------------------------------
 
@@ -130,7 +231,7 @@ class ViewRunner:
         limit = opts.max_batch_events if d.sql else python_batch_limit(opts.max_batch_events)
         events_reader = (
             source_reader(spark, opts.url, d.source, streaming=True)
-            .option("startingOffsets", "earliest")
+            .option("startingOffsets", _offsets_option(self.starting))
             .option("maxOffsetsPerTrigger", str(limit))
         )
         if d.sql is None:
@@ -247,9 +348,10 @@ class ViewRunner:
 
     # -- one micro-batch ------------------------------------------------------------------
 
-    def _batch(self, frame: Any, batch_id: int) -> None:
+    def _batch(self, frame: Any, spark_batch: int) -> None:
+        batch_id = self.base + spark_batch  # the store's numbering (see adopt)
         try:
-            offsets = offsets_of_batch(self.checkpoint, batch_id)
+            offsets = offsets_of_batch(self.checkpoint, spark_batch)
             stored = self.store.position(self.dataset)
             if stored is not None and batch_id <= stored.batch_id:
                 log.info("view %s: batch %d already committed, skipped", self.dataset, batch_id)
@@ -257,7 +359,12 @@ class ViewRunner:
             table = frame.toArrow()
             self._count_unparsed(table, batch_id, stored, offsets)
             changes = self._changes(table)
-            self.store.commit(self.dataset, batch_id, offsets, changes.upserts, changes.deletes)
+            self.store.commit(
+                self.dataset, batch_id, offsets, changes.upserts, changes.deletes, self.epoch
+            )
+        except ViewFencedError as e:
+            self._fence(str(e))
+            raise
         except TransformError as e:
             self._fail(str(e), e.at)
             raise
@@ -267,7 +374,15 @@ class ViewRunner:
         except Exception as e:
             self._fail(f"batch {batch_id} failed: {first_line(e)}", None)
             raise
-        self._advance(Position(batch_id, offsets, int(time.time() * 1000)))
+        self._advance(Position(batch_id, offsets, int(time.time() * 1000), self.epoch))
+
+    def _fence(self, why: str) -> None:
+        """A newer leader fenced the store: stop here, changing no shared record."""
+        with self._lock:
+            self.fenced, self._stopping = True, True
+            if self.state != ViewState.FAILED:
+                self.state = ViewState.STOPPED
+        log.warning("view %s: another broker leads it now (%s); its query stops", self.dataset, why)
 
     def _count_unparsed(
         self, table: Any, batch_id: int, stored: Position | None, offsets: Offsets
@@ -375,7 +490,7 @@ class ViewRunner:
         query, tracker = self.query, self._tracker
         if query is None or tracker is None:
             return None
-        batch = self.position.batch_id + 1
+        batch = self.position.batch_id - self.base + 1  # Spark's numbering
         try:
             ends = offsets_of_batch(self.checkpoint, batch)
             active = set(tracker.getActiveJobsIds())
@@ -390,6 +505,10 @@ class ViewRunner:
             share = max(share, seen)
         self._share = (batch, share)
         return ends, share
+
+
+def _offsets_option(starting: str | Offsets) -> str:
+    return starting if isinstance(starting, str) else json.dumps(starting, sort_keys=True)
 
 
 def check_python_key(columns: list[str], schema: Any, key: tuple[str, ...]) -> None:

@@ -5,11 +5,18 @@ under ``/views/{name}@{label}``) before its query starts; the state and the offs
 reflects live in the view's state store; Spark's checkpoint under
 ``DATA_DIR/views/{name}/v{version}``. After a crash every view resumes from its checkpoint
 and store (a replayed batch is skipped). Spark starts on the first view, in a thread.
+
+With several brokers each view runs on one of them, its leader (:mod:`.leader`); the others
+answer calls about it with a redirect there (307, as Pulsar's admin API does for a topic
+another broker owns). A new leader resumes from the store's offsets; a view whose Spark
+state stayed with the old leader (an aggregation over a local checkpoint) is built again as
+a new version while its last rows keep being served.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import shutil
@@ -24,8 +31,16 @@ from magnetar.meta import MetadataStore
 from magnetar.spark import planning
 from magnetar.spark.options import SparkSourceError, parse
 from magnetar.views import asof
-from magnetar.views.errors import InvalidViewError, ViewError, ViewNotFoundError
+from magnetar.views.errors import (
+    InvalidViewError,
+    ViewConflictError,
+    ViewError,
+    ViewMovedError,
+    ViewNotFoundError,
+    ViewNotLedError,
+)
 from magnetar.views.filters import column_types_of_row, key_filter
+from magnetar.views.leader import CHECK_S, PATIENCE_S, Alone, ViewLeaders
 from magnetar.views.model import Offsets, ViewDefinition, ViewState, check_name, key_text
 from magnetar.views.runner import RunOptions, ViewRunner
 from magnetar.views.session import first_line, spark_session
@@ -56,27 +71,139 @@ class ViewService:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._lock = asyncio.Lock()
+        ownership = broker.ownership if broker is not None else None
+        self.leaders: Alone | ViewLeaders = (
+            ViewLeaders(meta, ownership.me, ownership.brokers, self._lost)
+            if ownership is not None
+            else Alone()
+        )
+        self._leaderless: dict[str, float] = {}  # view → since when nobody leads it
 
     # -- lifecycle of the service ---------------------------------------------------------
 
     async def start(self, url: str) -> None:
-        """Load every definition; views resume in the background (Spark starts lazily)."""
+        """Load every definition; views resume in the background (Spark starts lazily).
+        With several brokers, only the views this broker comes to lead (see :meth:`_lead`)."""
         self.url, self._loop = url, asyncio.get_running_loop()
+        await self._load_records()
+        if self.leaders.clustered:
+            self._spawn(self._lead())
+        elif any(not r.get("virtual") for r in self.records.values()):
+            self._spawn(self._resume_all())
+
+    async def _load_records(self) -> None:
+        found_names = set()
         for name in await self.meta.list_children(PREFIX):
             found = await self.meta.get(f"{PREFIX}/{name}")
             if found is not None:
-                self.records[name] = json.loads(found.value)
-        if any(not r.get("virtual") for r in self.records.values()):
-            self._spawn(self._resume_all())
+                found_names.add(name)
+                if not self._mine(name):  # those this broker leads, it keeps current itself
+                    self.records[name] = json.loads(found.value)
+        for gone in set(self.records) - found_names:  # deleted by its leader
+            if not self._mine(gone):
+                del self.records[gone]
+
+    def _mine(self, name: str) -> bool:
+        """Whether this broker leads ``name`` (or its base view) among several brokers."""
+        return self.leaders.clustered and self.leaders.epoch(name.split("@")[0]) is not None
+
+    async def _known(self, name: str) -> None:
+        """ViewNotFoundError unless ``name`` exists (created on another broker since the
+        last look included)."""
+        if name not in self.records and self.leaders.clustered:
+            await self._load_records()
+        self._record(name)
 
     async def aclose(self) -> None:
         for task in list(self._tasks):
             task.cancel()
-        runners = [*self.runners.values(), *self.pending.values()]
-        await asyncio.gather(*(asyncio.to_thread(r.stop) for r in runners))
+        await self._stop_runners()
+        for name in list(self.records):  # hand them over at once, not at session expiry
+            with contextlib.suppress(Exception):
+                await self.leaders.release(name)
+        self.leaders.close()
         for store in self._stores.values():
             store.close()
         self._stores.clear()
+
+    async def _stop_runners(self) -> None:
+        runners = [*self.runners.values(), *self.pending.values()]
+        await asyncio.gather(*(asyncio.to_thread(r.stop) for r in runners))
+
+    # -- leadership (several brokers) -----------------------------------------------------
+
+    async def _lead(self) -> None:
+        """Every CHECK_S: learn views created or deleted elsewhere, and take the views
+        nobody leads (its preferred broker at once, any broker after PATIENCE_S)."""
+        while True:
+            try:
+                await self._load_records()
+                for name, record in sorted(self.records.items()):
+                    if not record.get("virtual") and self.leaders.epoch(name) is None:
+                        await self._maybe_take(name)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # cut off from ZooKeeper: the next round tries again
+                log.debug("views: leadership round failed: %s", e)
+            await asyncio.sleep(CHECK_S)
+
+    async def _maybe_take(self, name: str) -> None:
+        if await self.leaders.leader(name) is not None:
+            self._leaderless.pop(name, None)
+            return
+        since = self._leaderless.setdefault(name, time.monotonic())
+        if time.monotonic() - since >= PATIENCE_S or await self.leaders.preferred(name):
+            await self._take(name)
+
+    async def _take(self, name: str) -> bool:
+        """Lead ``name`` if nobody does, and start its runners; False if another leads it."""
+        async with self._lock:
+            if self.leaders.epoch(name) is not None:
+                return True
+            if await self.leaders.acquire(name) is None:
+                return False
+            self._leaderless.pop(name, None)
+            found = await self.meta.get(f"{PREFIX}/{name}")
+            if found is None:  # deleted meanwhile
+                await self.leaders.release(name)
+                self.records.pop(name, None)
+                return False
+            self.records[name] = record = json.loads(found.value)
+            self.resume_errors.pop(name, None)
+            try:
+                launch = await self._resume(name, record)
+            except Exception as e:
+                self._resume_failed(name, e)
+                return True
+        for runner in launch:
+            try:
+                await self._launch(runner)
+            except Exception as e:
+                self._resume_failed(name, e)
+        return True
+
+    def _lost(self) -> None:
+        """The ZooKeeper session ended: another broker may lead any view now. Stop every
+        query at once (the store refuses their commits anyway, once fenced)."""
+        runners = [*self.runners.values(), *self.pending.values()]
+        self.runners.clear()
+        self.pending.clear()
+        for runner in runners:
+            self._spawn(asyncio.to_thread(runner.stop))
+
+    async def _route(self, name: str) -> None:
+        """Serve a call about ``name`` here only if this broker leads it (or comes to lead
+        it now, nobody leading it); else ViewMovedError naming the leader."""
+        base = name.split("@")[0]
+        if self.leaders.epoch(base) is not None:
+            return
+        leader = await self.leaders.leader(base)
+        if leader is None and (base not in self.records or await self._take(base)):
+            return  # a new view (created here), or one this broker just took
+        leader = leader or await self.leaders.leader(base)
+        if leader is None:
+            raise ViewNotLedError(f"no broker leads view {base!r} yet; retry in a few seconds")
+        raise ViewMovedError(f"view {base!r} runs on broker {leader.broker}", leader.http)
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -158,11 +285,39 @@ class ViewService:
 
     async def _launch(self, runner: ViewRunner) -> None:
         """Validate and start ``runner``'s query (Spark work in a thread). It becomes LIVE
-        once it has applied everything published before now (CATCHING_UP until then)."""
+        once it has applied everything published before now (CATCHING_UP until then). A
+        version that cannot resume on this broker (see :meth:`ViewRunner.adopt`) is built
+        again: the served one as a new version, a pending one from the start."""
+        name = runner.definition.name
+        epoch = self.leaders.epoch(name)
+        if epoch is None:
+            return  # led elsewhere now
         ends = await self._end_offsets(list(runner.definition.source))
         if ends is not None:
             runner.aim(ends)
-        await asyncio.to_thread(self._start_prepared, runner)
+        spark, opts = await asyncio.to_thread(self._spark), self._options()
+        if await asyncio.to_thread(runner.adopt, epoch, spark, opts):
+            await asyncio.to_thread(self._start_prepared, runner)
+        elif self.pending.get(name) is runner:
+            await asyncio.to_thread(runner.store.drop, runner.dataset)
+            await self._launch(runner)
+        else:
+            self._spawn(self._rebuild(runner))  # under the lock, which the caller may hold
+
+    async def _rebuild(self, runner: ViewRunner) -> None:
+        """The served version's Spark state is not on this broker: keep serving its rows
+        (the query stays stopped) while a new version is built from the history."""
+        name = runner.definition.name
+        runner.state = ViewState.STOPPED
+        runner.error = (
+            "its Spark state stayed with the broker that led it before; a new version is "
+            "being built from the history on this broker and replaces it when caught up"
+        )
+        log.warning("view %s: %s", name, runner.error)
+        async with self._lock:
+            record = self.records[name]
+            if not record.get("pending"):
+                await self._create(runner.definition, version=self._next_version(record))
 
     def _changed(self, runner: ViewRunner) -> None:
         """Called from Spark's threads when a runner changes state."""
@@ -204,6 +359,9 @@ class ViewService:
         await asyncio.to_thread(shutil.rmtree, runner.checkpoint, True)
 
     async def _save(self, name: str, record: dict[str, Any]) -> None:
+        if self.leaders.epoch(name.split("@")[0]) is None:
+            log.warning("view %s: not saved, another broker leads it now", name)
+            return
         self.records[name] = record
         await self.meta.put(f"{PREFIX}/{name}", json.dumps(record, sort_keys=True).encode())
 
@@ -212,12 +370,20 @@ class ViewService:
     async def put(self, name: str, body: Any) -> tuple[dict[str, Any], bool]:
         """Create a view, or build a new version of it; returns (status, created)."""
         definition = ViewDefinition.parse(name, body)
+        await self._route(name)
         async with self._lock:
+            if self.leaders.epoch(name) is None and await self.leaders.acquire(name) is None:
+                raise ViewConflictError(f"another broker took view {name!r} meanwhile; retry")
             record = self.records.get(name)
             if record is not None and record.get("virtual"):
                 raise InvalidViewError(f"{name} is an as-of view: it cannot be redefined")
             if record is None:
-                await self._create(definition, version=1)
+                try:
+                    await self._create(definition, version=1)
+                except BaseException:
+                    if name not in self.records:  # nothing to lead: let any broker create it
+                        await self.leaders.release(name)
+                    raise
                 return await self.status(name), True
             same = record["definition"] == definition.to_json()
             if same and self.resume_errors.pop(name, None) is not None:
@@ -287,10 +453,24 @@ class ViewService:
             "target": planning.bounds(plans, "latest", end=True),
         }
 
+    def _planned_ends(self, topics: list[str]) -> Offsets | None:
+        try:
+            opts = parse({"url": self.url, "topics": ",".join(topics)}, streaming=False)
+            ends: Offsets = planning.bounds(planning.fetch_plans(opts), "latest", end=True)
+        except SparkSourceError as e:  # a broker between owners: the next call knows
+            log.debug("views: end offsets of %s not known now: %s", topics, e)
+            return None
+        return ends
+
     async def names(self) -> list[str]:
         return sorted(self.records)
 
     async def status(self, name: str) -> dict[str, Any]:
+        await self._known(name)
+        await self._route(name)
+        return await self._status(name)
+
+    async def _status(self, name: str) -> dict[str, Any]:
         record = self._record(name)
         if record.get("virtual"):
             store = await self._store(record["definition"].get("store", "sqlite"))
@@ -300,6 +480,30 @@ class ViewService:
         out = describe(name, record, runner, self.pending.get(name), ends)
         if name in self.resume_errors:
             out["state"], out["error"] = ViewState.FAILED.value, self.resume_errors[name]
+        if isinstance(self.leaders, ViewLeaders):
+            out["leader"] = {"broker": self.leaders.me.id, "epoch": self.leaders.epoch(name)}
+        return out
+
+    async def statuses(self) -> list[dict[str, Any]]:
+        """Every view's status: from this broker for the views it leads, else the stored
+        definition with the broker that leads it (``GET /views/{name}`` there tells more)."""
+        out = []
+        for name in await self.names():
+            base = name.split("@")[0]
+            if self.leaders.epoch(base) is not None:
+                out.append(await self._status(name))
+                continue
+            leader = await self.leaders.leader(base)
+            record = self.records[name]
+            out.append(
+                {
+                    "name": name,
+                    "state": "ELSEWHERE",
+                    "version": record.get("version"),
+                    "definition": record["definition"],
+                    "leader": leader.to_json() if leader is not None else None,
+                }
+            )
         return out
 
     def _record(self, name: str) -> dict[str, Any]:
@@ -311,6 +515,8 @@ class ViewService:
     async def _end_offsets(self, topics: list[str]) -> Offsets | None:
         if self.broker is None:
             return None
+        if self.leaders.clustered:  # partitions may be served by other brokers: ask the plan
+            return await asyncio.to_thread(self._planned_ends, topics)
         out: Offsets = {}
         for topic in topics:
             name = TopicName.parse(topic)
@@ -326,6 +532,8 @@ class ViewService:
     async def rows(self, name: str, query: dict[str, str], limit: int) -> list[dict[str, Any]]:
         """Rows by key (every key column given in ``query``) or the first ``limit``; any other
         filter is refused (InvalidViewError naming the view's columns)."""
+        await self._known(name)
+        await self._route(name)
         record = self._record(name)
         definition = record["definition"]
         store = await self._store(definition.get("store", "sqlite"))
@@ -351,6 +559,8 @@ class ViewService:
 
     async def delete(self, name: str) -> None:
         """Stop the view, drop its datasets, checkpoints and as-of views, then forget it."""
+        await self._known(name)
+        await self._route(name)
         async with self._lock:
             self._record(name)
             self.resume_errors.pop(name, None)
@@ -366,6 +576,7 @@ class ViewService:
                 await asyncio.to_thread(
                     shutil.rmtree, self.settings.data_dir / "views" / name, True
                 )
+                await self.leaders.release(name)
 
     async def _forget(self, name: str) -> None:
         record = self.records.pop(name)
@@ -379,6 +590,8 @@ class ViewService:
         check_name(name)
         if not isinstance(body, dict):
             raise InvalidViewError('as-of needs {"timestamp": ms} or {"offsets": {...}}')
+        await self._known(name)
+        await self._route(name)
         record = self._record(name)
         if record.get("virtual"):
             raise InvalidViewError(f"{name} is an as-of view already")

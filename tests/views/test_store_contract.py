@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from magnetar.views.errors import InvalidViewError, StateStoreError
+from magnetar.views.errors import InvalidViewError, StateStoreError, ViewFencedError
 from magnetar.views.stores import StateStore, open_state_store
 from tests.views.conftest import STORES
 
@@ -136,3 +136,29 @@ def test_unknown_scheme_and_unreachable_server_are_clear(store_url: str) -> None
     if store_url.startswith("redis"):
         with pytest.raises(StateStoreError, match="cannot reach"):
             open_state_store("redis://127.0.0.1:1/0")
+
+
+def test_a_fence_refuses_every_later_commit_of_an_older_epoch(store: StateStore) -> None:
+    assert store.fence("ds", 1) is None  # nothing committed yet: no position
+    assert store.position("ds") is None
+    assert store.commit("ds", 0, OFFS, {"alice": {"n": 1}}, epoch=1)
+    later = {"persistent://public/default/t": {"0": 20}}
+    found = store.fence("ds", 2)
+    assert found is not None and (found.batch_id, found.offsets, found.epoch) == (0, OFFS, 1)
+    with pytest.raises(ViewFencedError):
+        store.commit("ds", 1, later, {"alice": {"n": 2}}, epoch=1)  # the old leader, too late
+    with pytest.raises(ViewFencedError):
+        store.fence("ds", 1)
+    assert store.get("ds", "alice") == {"n": 1}
+    assert store.commit("ds", 1, later, {"alice": {"n": 3}}, epoch=2)
+    position = store.position("ds")
+    assert position is not None and (position.batch_id, position.epoch) == (1, 2)
+    assert not store.commit("ds", 1, later, {"alice": {"n": 4}}, epoch=2)  # still a replay
+    assert store.get("ds", "alice") == {"n": 3}
+
+
+def test_a_dataset_written_without_epochs_is_at_epoch_zero(store: StateStore) -> None:
+    assert store.commit("ds", 0, OFFS, {"alice": {"n": 1}})
+    position = store.position("ds")
+    assert position is not None and position.epoch == 0
+    assert store.fence("ds", 0) == position

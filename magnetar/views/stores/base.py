@@ -11,6 +11,10 @@ Contract (every backend runs ``tests/views/test_store_contract.py``):
   in one transaction: when it returns True all of it is durable, when it raises none of it
   happened. A batch id at or below the recorded one is a replay: it returns False and changes
   nothing, which is what makes a replayed Spark micro-batch harmless (exactly once).
+- Leader epochs fence old writers (several brokers, one leader per view): :meth:`fence`
+  raises the dataset's epoch; a :meth:`commit` with a lower epoch than the stored one raises
+  :class:`~magnetar.views.errors.ViewFencedError` and changes nothing. A broker that led the
+  view before and still runs its query can therefore never write after the new leader fenced.
 - :meth:`alias` points the stable name of a view at one of its datasets, atomically for
   readers (a new version swaps in whole).
 - Calls are thread-safe: Spark's batch callbacks and HTTP reads share one store object.
@@ -47,8 +51,16 @@ class StateStore(abc.ABC):
         offsets: Offsets,
         upserts: Mapping[str, Mapping[str, Any]],
         deletes: Iterable[str] = (),
+        epoch: int = 0,
     ) -> bool:
-        """Apply one batch atomically with its position; False (and no change) for a replay."""
+        """Apply one batch atomically with its position; False (and no change) for a replay;
+        ViewFencedError (no change) when the stored epoch is above ``epoch``."""
+
+    @abc.abstractmethod
+    def fence(self, dataset: str, epoch: int) -> Position | None:
+        """Raise the dataset's leader epoch to ``epoch`` and return its position (None when
+        nothing was committed), in one transaction; ViewFencedError if the stored epoch is
+        above ``epoch``. After it returns, no commit with a lower epoch succeeds."""
 
     @abc.abstractmethod
     def get_many(self, dataset: str, keys: Iterable[str]) -> dict[str, dict[str, Any]]:

@@ -5,7 +5,7 @@
 
 Shape: ``mv:<dataset>:<key>`` a string holding the row as JSON; ``mv:<dataset>:keys`` a
 sorted set of every key (score 0, so ``ZRANGE ... BYLEX`` lists them in key order);
-``mv:<dataset>:position`` a hash {batch_id, offsets, committed_ms}; ``mv:alias:<view>``.
+``mv:<dataset>:position`` a hash {batch_id, offsets, committed_ms, epoch}; ``mv:alias:<view>``.
 A commit is one MULTI/EXEC transaction guarded by WATCH on the position key.
 """
 
@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from magnetar.views.errors import InvalidViewError, StateStoreError
+from magnetar.views.errors import InvalidViewError, StateStoreError, ViewFencedError
 from magnetar.views.model import Offsets, Position, encode_row
 from magnetar.views.stores.base import StateStore
 
@@ -48,12 +48,26 @@ class RedisStateStore(StateStore):
             raise StateStoreError(f"Redis {what} failed: {e}") from None
 
     def position(self, dataset: str) -> Position | None:
-        raw = self._call("read", self._db.hgetall, f"mv:{dataset}:position")
-        if not raw:
-            return None
-        return Position(
-            int(raw[b"batch_id"]), json.loads(raw[b"offsets"]), int(raw[b"committed_ms"])
+        return _position(self._call("read", self._db.hgetall, f"mv:{dataset}:position"))
+
+    def fence(self, dataset: str, epoch: int) -> Position | None:
+        key = f"mv:{dataset}:position"
+
+        def raise_epoch(pipe: Any) -> Position | None:
+            raw = pipe.hgetall(key)
+            if int(raw.get(b"epoch", 0)) > epoch:
+                raise ViewFencedError(f"{dataset} is led at epoch {int(raw[b'epoch'])}")
+            pipe.multi()
+            if not raw:
+                pipe.hset(key, mapping={"batch_id": -1, "offsets": "{}", "committed_ms": 0})
+            pipe.hset(key, "epoch", epoch)
+            return _position(raw)
+
+        found: Position | None = self._call(
+            f"fence of {dataset}",
+            lambda: self._db.transaction(raise_epoch, key, value_from_callable=True),
         )
+        return found
 
     def commit(
         self,
@@ -62,11 +76,14 @@ class RedisStateStore(StateStore):
         offsets: Offsets,
         upserts: Mapping[str, Mapping[str, Any]],
         deletes: Iterable[str] = (),
+        epoch: int = 0,
     ) -> bool:
         deletes = list(deletes)
 
         def apply(pipe: Any) -> bool:
-            stored = pipe.hget(f"mv:{dataset}:position", "batch_id")
+            stored, stored_epoch = pipe.hmget(f"mv:{dataset}:position", "batch_id", "epoch")
+            if stored_epoch is not None and int(stored_epoch) > epoch:
+                raise ViewFencedError(f"{dataset} is led at epoch {int(stored_epoch)}")
             if stored is not None and batch_id <= int(stored):
                 return False
             pipe.multi()
@@ -82,6 +99,7 @@ class RedisStateStore(StateStore):
                 "batch_id": batch_id,
                 "offsets": json.dumps(offsets, sort_keys=True),
                 "committed_ms": int(time.time() * 1000),
+                "epoch": epoch,
             }
             pipe.hset(f"mv:{dataset}:position", mapping=position)
             return True
@@ -125,3 +143,14 @@ class RedisStateStore(StateStore):
 
     def close(self) -> None:
         self._db.close()
+
+
+def _position(raw: dict[bytes, bytes]) -> Position | None:
+    """The position hash as a Position; None when nothing was committed (no hash, or only
+    a fence)."""
+    if not raw or int(raw[b"batch_id"]) < 0:
+        return None
+    epoch = int(raw.get(b"epoch", 0))
+    return Position(
+        int(raw[b"batch_id"]), json.loads(raw[b"offsets"]), int(raw[b"committed_ms"]), epoch
+    )

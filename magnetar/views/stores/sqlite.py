@@ -5,7 +5,7 @@ Shape (read it with ``sqlite3 DATA_DIR/views/state.db``)::
     mv_<dataset>(key TEXT PRIMARY KEY, value TEXT)       -- value: the row as JSON
     mv_<view>                                             -- a VIEW on the current dataset
     magnetar_positions(dataset TEXT PRIMARY KEY, batch_id INTEGER, offsets TEXT,
-                       committed_ms INTEGER)
+                       committed_ms INTEGER, epoch INTEGER)
 """
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from magnetar.views.errors import StateStoreError
+from magnetar.views.errors import StateStoreError, ViewFencedError
 from magnetar.views.model import Offsets, Position, encode_row
 from magnetar.views.stores.base import StateStore
 
 POSITIONS = """CREATE TABLE IF NOT EXISTS magnetar_positions (
     dataset TEXT PRIMARY KEY, batch_id INTEGER NOT NULL, offsets TEXT NOT NULL,
-    committed_ms INTEGER NOT NULL)"""
+    committed_ms INTEGER NOT NULL, epoch INTEGER NOT NULL DEFAULT 0)"""
 
 
 class SqliteStateStore(StateStore):
@@ -39,6 +39,11 @@ class SqliteStateStore(StateStore):
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.execute("PRAGMA busy_timeout=10000")
             self._db.execute(POSITIONS)
+            columns = [r[1] for r in self._db.execute("PRAGMA table_info(magnetar_positions)")]
+            if "epoch" not in columns:  # a store written before leader epochs
+                self._db.execute(
+                    "ALTER TABLE magnetar_positions ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0"
+                )
         except sqlite3.Error as e:
             raise StateStoreError(f"cannot open the SQLite state store {path}: {e}") from None
         self._tables: set[str] = set()
@@ -55,10 +60,11 @@ class SqliteStateStore(StateStore):
     def position(self, dataset: str) -> Position | None:
         with self._lock:
             row = self._db.execute(
-                "SELECT batch_id, offsets, committed_ms FROM magnetar_positions WHERE dataset=?",
+                "SELECT batch_id, offsets, committed_ms, epoch FROM magnetar_positions "
+                "WHERE dataset=?",
                 (dataset,),
             ).fetchone()
-        return Position(row[0], json.loads(row[1]), row[2]) if row else None
+        return _position(row)
 
     def commit(
         self,
@@ -67,20 +73,46 @@ class SqliteStateStore(StateStore):
         offsets: Offsets,
         upserts: Mapping[str, Mapping[str, Any]],
         deletes: Iterable[str] = (),
+        epoch: int = 0,
     ) -> bool:
         with self._lock:
             table = self._ensure(dataset)
+            return self._in_transaction(
+                f"commit of {dataset}",
+                lambda: self._apply(table, dataset, batch_id, offsets, upserts, deletes, epoch),
+            )
+
+    def fence(self, dataset: str, epoch: int) -> Position | None:
+        def raise_epoch() -> Position | None:
+            row = self._db.execute(
+                "SELECT batch_id, offsets, committed_ms, epoch FROM magnetar_positions "
+                "WHERE dataset=?",
+                (dataset,),
+            ).fetchone()
+            if row is not None and row[3] > epoch:
+                raise ViewFencedError(f"{dataset} is led at epoch {row[3]} (not {epoch})")
+            self._db.execute(
+                "INSERT INTO magnetar_positions(dataset, batch_id, offsets, committed_ms, epoch) "
+                "VALUES (?, -1, '{}', 0, ?) ON CONFLICT(dataset) DO UPDATE SET epoch=?",
+                (dataset, epoch, epoch),
+            )
+            return _position(row)
+
+        with self._lock:
+            return self._in_transaction(f"fence of {dataset}", raise_epoch)
+
+    def _in_transaction(self, what: str, work: Any) -> Any:
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
             try:
-                self._db.execute("BEGIN IMMEDIATE")
-                try:
-                    applied = self._apply(table, dataset, batch_id, offsets, upserts, deletes)
-                except BaseException:
-                    self._db.execute("ROLLBACK")
-                    raise
-                self._db.execute("COMMIT")
-                return applied
-            except sqlite3.Error as e:
-                raise StateStoreError(f"SQLite commit of {dataset} failed: {e}") from None
+                result = work()
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+            return result
+        except sqlite3.Error as e:
+            raise StateStoreError(f"SQLite {what} failed: {e}") from None
 
     def _apply(
         self,
@@ -90,10 +122,13 @@ class SqliteStateStore(StateStore):
         offsets: Offsets,
         upserts: Mapping[str, Mapping[str, Any]],
         deletes: Iterable[str],
+        epoch: int,
     ) -> bool:
         row = self._db.execute(
-            "SELECT batch_id FROM magnetar_positions WHERE dataset=?", (dataset,)
+            "SELECT batch_id, epoch FROM magnetar_positions WHERE dataset=?", (dataset,)
         ).fetchone()
+        if row is not None and row[1] > epoch:
+            raise ViewFencedError(f"{dataset} is led at epoch {row[1]} (not {epoch})")
         if row is not None and batch_id <= row[0]:
             return False
         self._db.executemany(
@@ -103,10 +138,17 @@ class SqliteStateStore(StateStore):
         )
         self._db.executemany(f"DELETE FROM {table} WHERE key=?", [(k,) for k in deletes])
         self._db.execute(
-            "INSERT INTO magnetar_positions VALUES (?, ?, ?, ?) ON CONFLICT(dataset) DO UPDATE "
+            "INSERT INTO magnetar_positions(dataset, batch_id, offsets, committed_ms, epoch) "
+            "VALUES (?, ?, ?, ?, ?) ON CONFLICT(dataset) DO UPDATE "
             "SET batch_id=excluded.batch_id, offsets=excluded.offsets, "
-            "committed_ms=excluded.committed_ms",
-            (dataset, batch_id, json.dumps(offsets, sort_keys=True), int(time.time() * 1000)),
+            "committed_ms=excluded.committed_ms, epoch=excluded.epoch",
+            (
+                dataset,
+                batch_id,
+                json.dumps(offsets, sort_keys=True),
+                int(time.time() * 1000),
+                epoch,
+            ),
         )
         return True
 
@@ -158,3 +200,11 @@ class SqliteStateStore(StateStore):
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+
+def _position(row: Any) -> Position | None:
+    """A positions row (batch_id, offsets, committed_ms, epoch) as a Position; None when
+    nothing was committed (no row, or only a fence)."""
+    if row is None or row[0] < 0:
+        return None
+    return Position(row[0], json.loads(row[1]), row[2], row[3])
