@@ -24,6 +24,7 @@ from magnetar.broker.errors import InvalidRequestError
 from magnetar.broker.offload import OffloadService
 from magnetar.broker.ownership import BrokerInfo, Ownership, parse_range
 from magnetar.broker.retention import RetentionService
+from magnetar.broker.shedding import Shedder
 from magnetar.cluster.replicated import ReplicatedStorage
 from magnetar.core.config import Settings, parse_listeners
 from magnetar.core.connections import ConnectionLimits
@@ -69,6 +70,7 @@ class Standalone:
     offload: OffloadService | None = None
     flight: BulkReadServer | None = None
     views: ViewService | None = None
+    shedder: Shedder | None = None
 
     @classmethod
     async def start(cls, settings: Settings, *, replicated: bool = False) -> Standalone:
@@ -100,6 +102,14 @@ class Standalone:
                     meta, me, on_lost=broker.ownership_lost, load=partial(_load, broker)
                 )
                 await broker.ownership.start()
+                if settings.load_balancer_shedding_enabled:
+                    node.shedder = Shedder(
+                        broker.ownership,
+                        _unload_bundle,
+                        interval_s=settings.load_balancer_shedding_interval_s,
+                        grace_s=settings.load_balancer_shedding_grace_s,
+                    )
+                    node.shedder.start()
             node.offload = OffloadService(
                 broker,
                 interval=settings.offload_check_interval,
@@ -225,6 +235,8 @@ class Standalone:
 
     async def aclose(self) -> None:
         try:
+            if self.shedder is not None:
+                await self.shedder.aclose()
             if self.retention is not None:
                 await self.retention.aclose()
             if self.offload is not None:
@@ -264,6 +276,13 @@ def _me(s: Settings, kafka_node: int) -> BrokerInfo:
         https=f"https://{host}:{s.https_port}" if tls else "",
         kafka_tls=f"{host}:{s.kafka_ssl_port}" if tls else "",
     )
+
+
+async def _unload_bundle(owner: BrokerInfo, tenant: str, namespace: str, bundle: str) -> None:
+    """Ask ``owner`` to unload one of its bundles (load shedding), over its admin REST."""
+    url = f"{owner.http}/admin/v2/namespaces/{tenant}/{namespace}/{bundle}/unload"
+    async with ClientSession() as http, http.put(url) as answer:
+        answer.raise_for_status()
 
 
 async def _kafka_node_id(s: Settings, meta: MetadataStore) -> int:

@@ -310,13 +310,15 @@ class Topic:
             await sub.aclose()
 
     async def fence(self) -> None:
-        """Stop taking writes: publishes are refused from now on, every client is told to
-        go, and this returns once the publishes already under way have ended (stored and
-        answered, or failed). After it the ledger and the deduplication state change no
-        more through this topic: the next owner may take them over."""
+        """Stop taking writes: publishes are refused from now on; once the publishes
+        already under way have ended (stored and answered, or failed) every client is told
+        to go. In that order, a producer has every receipt of what was stored before it is
+        closed, so it never sends a stored message again to the next owner (without
+        deduplication that would store it twice). After it the ledger and the deduplication
+        state change no more through this topic: the next owner may take them over."""
         self.fenced = True
-        self.disconnect_all()
         await self._idle.wait()
+        self.disconnect_all()
 
     def disconnect_all(self) -> None:
         """Tell every producer and consumer to go (their clients look the topic up again):

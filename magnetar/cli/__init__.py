@@ -251,6 +251,24 @@ _REPLICATION_FLAGS: list[tuple[str, str, type, str]] = [
         float,
         "copy a lost storage node's ledgers elsewhere after it is gone this long (default 30)",
     ),
+    (
+        "--load-balancer-shedding-enabled",
+        "load_balancer_shedding_enabled",
+        str,
+        "the leader broker moves bundles off overloaded brokers: true (default) | false",
+    ),
+    (
+        "--load-balancer-shedding-interval-s",
+        "load_balancer_shedding_interval_s",
+        float,
+        "how often the leader compares the brokers' loads (default 60)",
+    ),
+    (
+        "--load-balancer-shedding-grace-s",
+        "load_balancer_shedding_grace_s",
+        float,
+        "a bundle moved by shedding is not moved again for this long (default 1800)",
+    ),
 ]
 _STORAGE_NODE_FLAGS: list[tuple[str, str, type, str]] = [
     ("--data-dir", "data_dir", str, "where the node's entries live (default ./data)"),

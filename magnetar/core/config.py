@@ -182,6 +182,11 @@ class Settings:
     ack_quorum: int = 2  # Qa: copies on disk before a publish is acknowledged
     add_timeout_ms: int = 5_000  # a storage node slower than this is replaced in the ensemble
     rereplication_grace_s: float = 30.0  # a node gone this long has its ledgers copied elsewhere
+    # load shedding (magnetar.broker.shedding): the leader broker moves bundles off overloaded
+    # brokers (Pulsar's loadBalancerShedding* settings)
+    load_balancer_shedding_enabled: bool = True
+    load_balancer_shedding_interval_s: float = 60.0
+    load_balancer_shedding_grace_s: float = 1800.0  # a shed bundle stays put this long
 
     @property
     def journal_path(self) -> Path:
@@ -251,6 +256,7 @@ def as_dict(settings: Settings) -> dict[str, Any]:
 _FIELDS = {f.name: f for f in dataclasses.fields(Settings)}
 _NON_NEGATIVE = {
     "rereplication_grace_s",
+    "load_balancer_shedding_grace_s",
     "max_unacked_messages_per_consumer",
     "max_unacked_messages_per_subscription",
     "max_num_partitions_per_partitioned_topic",
@@ -266,6 +272,7 @@ _NON_NEGATIVE = {
 }
 _POSITIVE = {
     "storage_min_free_bytes",
+    "load_balancer_shedding_interval_s",
     "ensemble_size",
     "write_quorum",
     "ack_quorum",
