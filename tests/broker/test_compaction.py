@@ -194,3 +194,26 @@ def test_the_cli_compacts_and_reports(
     assert json.loads(status.out) == {"status": "SUCCESS", "lastError": ""}, str(status)
     missing = magnetar("admin", "--url", url, "topics", "compact", topic + "-missing")
     assert missing.code != 0 and "does not exist" in missing.err, str(missing)
+
+
+def test_a_partitioned_topic_compacts_every_partition(
+    client: pulsar.Client, admin: AdminHttp
+) -> None:
+    name = unique("public/default/compact-parts")
+    admin.ok("PUT", f"/admin/v2/persistent/{name}/partitions", 2)
+    topic = f"persistent://{name}"
+    _send(client, topic, [(f"k{i % 4}", f"v{i}".encode()) for i in range(12)])
+    compact(admin, topic)
+    reader = client.create_reader(
+        f"{topic}-partition-0", pulsar.MessageId.earliest, is_read_compacted=True
+    )
+    first = _keyed(_read_all(reader))
+    reader = client.create_reader(
+        f"{topic}-partition-1", pulsar.MessageId.earliest, is_read_compacted=True
+    )
+    assert sorted(first + _keyed(_read_all(reader))) == [
+        ("k0", b"v8"),
+        ("k1", b"v9"),
+        ("k2", b"v10"),
+        ("k3", b"v11"),
+    ]
