@@ -24,11 +24,13 @@ from magnetar.broker.errors import InvalidRequestError
 from magnetar.broker.offload import OffloadService
 from magnetar.broker.ownership import BrokerInfo, Ownership, parse_range
 from magnetar.broker.retention import RetentionService
-from magnetar.broker.shedding import Shedder
+from magnetar.broker.shedding import ClusterLeader, Shedder
+from magnetar.cluster.orphans import OrphanAuditor
 from magnetar.cluster.replicated import ReplicatedStorage
 from magnetar.core.config import Settings, parse_listeners
 from magnetar.core.connections import ConnectionLimits
 from magnetar.core.errors import ConfigError, MagnetarError
+from magnetar.core.names import TopicName
 from magnetar.core.ports import check_free, listening
 from magnetar.http import bodies
 from magnetar.http.cluster_metrics import cluster_metrics
@@ -71,6 +73,7 @@ class Standalone:
     flight: BulkReadServer | None = None
     views: ViewService | None = None
     shedder: Shedder | None = None
+    orphans: OrphanAuditor | None = None
 
     @classmethod
     async def start(cls, settings: Settings, *, replicated: bool = False) -> Standalone:
@@ -110,6 +113,14 @@ class Standalone:
                         grace_s=settings.load_balancer_shedding_grace_s,
                     )
                     node.shedder.start()
+                node.orphans = OrphanAuditor(
+                    storage,
+                    ClusterLeader(broker.ownership).check,
+                    partial(_unowned, broker.ownership),
+                    partial(_load_partition, broker),
+                    interval=min(max(settings.rereplication_grace_s / 4, 0.5), 10.0),
+                )
+                node.orphans.start()
             node.offload = OffloadService(
                 broker,
                 interval=settings.offload_check_interval,
@@ -237,6 +248,8 @@ class Standalone:
         try:
             if self.shedder is not None:
                 await self.shedder.aclose()
+            if self.orphans is not None:
+                await self.orphans.aclose()
             if self.retention is not None:
                 await self.retention.aclose()
             if self.offload is not None:
@@ -276,6 +289,14 @@ def _me(s: Settings, kafka_node: int) -> BrokerInfo:
         https=f"https://{host}:{s.https_port}" if tls else "",
         kafka_tls=f"{host}:{s.kafka_ssl_port}" if tls else "",
     )
+
+
+async def _unowned(ownership: Ownership, partition: str) -> bool:
+    return await ownership.owner(TopicName.parse(f"persistent://{partition}")) is None
+
+
+async def _load_partition(broker: Broker, partition: str) -> None:
+    await broker.get_topic(TopicName.parse(f"persistent://{partition}"), create=False)
 
 
 async def _unload_bundle(owner: BrokerInfo, tenant: str, namespace: str, bundle: str) -> None:
