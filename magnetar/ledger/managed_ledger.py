@@ -329,6 +329,9 @@ class ManagedLedger:
         self._check_offloadable(segment_id)
         self._offloading.add(segment_id)
         try:
+            settled = await table_commits.settle_before_offload(self, self.tier, segment_id)
+            if settled is not None:  # an earlier attempt's commit was found: done
+                return settled
             return await self._offload(self.tier, segment_id, value_schema)
         finally:
             self._offloading.discard(segment_id)

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from magnetar.storage import SegmentInfo, SegmentState
-from magnetar.tier import SegmentFiles, Tier, ValueSchema, attempt_prefix
+from magnetar.tier import IcebergCommitError, SegmentFiles, Tier, ValueSchema, attempt_prefix
 from magnetar.tier.iceberg import identifier
 
 if TYPE_CHECKING:
@@ -157,6 +157,29 @@ async def reconcile(ledger: ManagedLedger, tier: Tier, info: SegmentInfo) -> Seg
     )
 
 
+async def settle_before_offload(
+    ledger: ManagedLedger, tier: Tier, segment_id: int
+) -> SegmentInfo | None:
+    """Before a new offload attempt: an earlier attempt whose commit could not be undone
+    (the catalog was down) left its intent. Settle it against the table first, or a second
+    commit would add the same offsets twice. Returns the OFFLOADED record when the earlier
+    commit is in the table, None when the new attempt may go ahead; raises
+    IcebergCommitError (retriable) while the table cannot tell."""
+    info = ledger._segment(segment_id)
+    if info is None or not pending(info):
+        return None
+    settled = await reconcile(ledger, tier, info)
+    if settled is None:
+        raise IcebergCommitError(
+            f"segment {segment_id} of {ledger.name}: an earlier offload's Iceberg commit "
+            "cannot be checked now (is the catalog reachable?); retrying later"
+        )
+    if settled.state is SegmentState.OFFLOADED:
+        return settled
+    await ledger._clean_segment(segment_id)  # the earlier attempt's objects, now unreferenced
+    return None
+
+
 async def remove_trimmed(ledger: ManagedLedger, tier: Tier, before: int) -> None:
     """Before retention trims the segments wholly before ``before``: their files leave the
     table (one overwrite snapshot). Raises if the catalog cannot take it: nothing is
@@ -201,5 +224,6 @@ __all__ = [
     "reconcile",
     "remove_all",
     "remove_trimmed",
+    "settle_before_offload",
     "undo",
 ]

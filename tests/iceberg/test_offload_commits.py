@@ -229,3 +229,38 @@ async def test_the_partitions_of_a_topic_share_one_table(open_iceberg_rig: OpenI
     assert min(r["__offset"] for r in left.to_pylist() if r["__partition"] == 1) == (
         other.segments()[0].first_offset
     )
+
+
+async def test_a_commit_that_cannot_be_undone_is_settled_before_the_next_attempt(
+    open_iceberg_rig: OpenIcebergRig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The commit happened, its answer was lost and the catalog then refused the undo: the
+    intent stays, and the next offload finds the commit instead of adding the rows again."""
+    rig = await open_iceberg_rig()
+    await append_orders(rig.ledger, 0, 20, batch=1)
+    seg = rig.closed()[0]
+    real_commit, real_remove = rig.tables.commit, rig.tables.remove
+
+    def commit_then_fail(files):  # type: ignore[no-untyped-def]
+        real_commit(files)
+        raise OSError("connection reset after the commit")
+
+    def catalog_down(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise OSError("catalog unreachable")
+
+    monkeypatch.setattr(rig.tables, "commit", commit_then_fail)
+    monkeypatch.setattr(rig.tables, "remove", catalog_down)
+    with pytest.raises(OSError):
+        await rig.ledger.offload(seg.segment_id)
+    closed = rig.ledger.segments()[0]
+    assert closed.state is SegmentState.CLOSED and closed.offload is not None
+    assert closed.offload["iceberg"]["committed"] is False  # the intent is kept
+    assert len(data_files(rig.tables)) == 1
+    monkeypatch.setattr(rig.tables, "commit", real_commit)
+    monkeypatch.setattr(rig.tables, "remove", real_remove)
+    done = await rig.ledger.offload(seg.segment_id)
+    assert done.state is SegmentState.OFFLOADED
+    files = data_files(rig.tables)
+    assert len(files) == 1 and Path(files[0].removeprefix("file://")).exists()
+    rows = read_table(rig.tables)
+    assert rows.column("__offset").to_pylist() == list(range(seg.first_offset, seg.end_offset))
