@@ -16,7 +16,7 @@ from typing import Any
 
 from magnetar.broker.policies import TopicPolicies
 from magnetar.core.errors import MagnetarError
-from magnetar.protocols.kafka import records, wire
+from magnetar.protocols.kafka import records, txn_apis, wire
 from magnetar.protocols.kafka.errors import ErrorCode, UnknownTopicError, error_code_of
 from magnetar.protocols.kafka.service import KafkaSettings, Service, Session
 from magnetar.protocols.kafka.wire import Request
@@ -119,17 +119,10 @@ async def _leader(svc: Service, topic: str, index: int) -> int:
 
 
 async def init_producer_id(svc: Service, session: Session, req: Request) -> Response:
-    """A fresh producer id (epoch 0); transactions are not supported."""
+    """A fresh producer id (epoch 0); with a transactional id, that id's producer id and
+    next epoch from the transaction coordinator."""
     if req.body.transactional_id is not None:
-        log.info(
-            "refusing transactional producer %r: transactions are not supported",
-            req.body.transactional_id,
-        )
-        return {
-            "error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-            "producer_id": -1,
-            "producer_epoch": -1,
-        }
+        return await txn_apis.init_producer_id(svc, req)
     return {"error_code": 0, "producer_id": await svc.next_producer_id(), "producer_epoch": 0}
 
 

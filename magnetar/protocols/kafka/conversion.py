@@ -33,6 +33,9 @@ from magnetar.protocols.pulsar.errors import ProtocolError
 log = logging.getLogger(__name__)
 _U32 = struct.Struct(">I")
 CONVERSION_ERROR = "magnetar.conversion.error"
+# a Kafka transaction marker seen by a Pulsar reader: an empty message with this property
+# (COMMIT or ABORT), so message ids still line up with offsets
+KAFKA_CONTROL = "magnetar.kafka.control"
 
 
 def producer_name(producer_id: int) -> str:
@@ -52,6 +55,8 @@ def kafka_to_pulsar(entry: Entry) -> bytes:
     """
     try:
         header = records.read_header(entry.payload)
+        if header.control:
+            return _marker(entry, records.decode(entry.payload))
         recs = records.decode(entry.payload)
         if len(recs) != entry.count:
             raise CorruptRecordError(f"{len(recs)} records where the entry holds {entry.count}")
@@ -83,6 +88,20 @@ def _single(r: Record) -> pb.SingleMessageMetadata:
     for key, value in properties.to_properties(r.headers):
         single.properties.add(key=key, value=value)
     return single
+
+
+def _marker(entry: Entry, control: list[Record]) -> bytes:
+    key = control[0].key if control else None
+    kind = "COMMIT" if key and len(key) >= 4 and key[2:4] == b"\x00\x01" else "ABORT"
+    single = pb.SingleMessageMetadata(payload_size=0)
+    single.properties.add(key=KAFKA_CONTROL, value=kind)
+    metadata = pb.MessageMetadata(
+        producer_name="kafka-transaction",
+        sequence_id=0,
+        publish_time=max(entry.publish_time, 0),
+        num_messages_in_batch=1,
+    )
+    return _frame(metadata, pulsar_batch.build_batch([pulsar_batch.BatchedMessage(single, b"")]))
 
 
 def _broken(entry: Entry, problem: str) -> bytes:

@@ -5,8 +5,10 @@ request's byte limits, the latter capped by the server's ``fetch_max_bytes`` as 
 ``fetch.max.bytes`` (always at least one batch, so a batch bigger than the limit still
 moves the consumer on). If fewer than ``min_bytes`` are ready it waits, up to ``max_wait_ms``,
 for an append to any of the partitions. KAFKA entries go out as stored, renumbered from their
-offset; PULSAR entries are converted into record batches. Everything stored is committed:
-the last stable offset is the high watermark (the end offset).
+offset; PULSAR entries are converted into record batches. The last stable offset is the first
+offset of the oldest open transaction (the high watermark when none is open); a
+read_committed fetch stops there and lists the aborted transactions of the range it returns,
+whose batches the client drops (control batches go out as stored; clients skip them).
 
 ListOffsets: −2 is the first retained offset, −1 the end offset, −3 the record with the
 largest timestamp (``timestamps``); a timestamp finds the first record whose timestamp is at
@@ -26,6 +28,7 @@ from magnetar.ledger import ManagedLedger
 from magnetar.protocols.kafka import records
 from magnetar.protocols.kafka.conversion import to_kafka_batch
 from magnetar.protocols.kafka.errors import ErrorCode, error_code_of
+from magnetar.protocols.kafka.idempotence import ProducerStates
 from magnetar.protocols.kafka.service import Service, Session
 from magnetar.protocols.kafka.timestamps import MAX_TIMESTAMP, max_timestamp_offset
 from magnetar.protocols.kafka.wire import Request
@@ -41,7 +44,9 @@ class _Part:
     index: int
     offset: int
     max_bytes: int
+    committed_only: bool = False  # isolation.level=read_committed
     topic: Topic | None = None
+    states: ProducerStates | None = None
     error: ErrorCode = ErrorCode.NONE
     batches: list[bytes] = field(default_factory=list)
     size: int = 0
@@ -49,8 +54,9 @@ class _Part:
 
 async def fetch(svc: Service, session: Session, req: Request) -> dict[str, Any]:
     b = req.body
+    committed_only = b.isolation_level == 1
     parts = [
-        _Part(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes)
+        _Part(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes, committed_only)
         for t in b.topics
         for p in t.partitions
     ]
@@ -72,6 +78,7 @@ async def fetch(svc: Service, session: Session, req: Request) -> dict[str, Any]:
 async def _resolve(svc: Service, part: _Part) -> None:
     try:
         part.topic = await svc.topics.partition(part.topic_name, part.index)
+        part.states = await svc.producer_states(part.topic)
     except MagnetarError as e:
         part.error = error_code_of(e)
 
@@ -94,9 +101,12 @@ async def _read(part: _Part, limit: int) -> None:
     if part.offset < ledger.start_offset or part.offset > ledger.end_offset:
         part.error = ErrorCode.OFFSET_OUT_OF_RANGE
         return
+    stop = _last_stable(part) if part.committed_only else ledger.end_offset
     try:
         entries = await ledger.read(part.offset, max_entries=MAX_ENTRIES, max_bytes=limit)
         for entry in entries:
+            if entry.base_offset >= stop:
+                break
             batch = to_kafka_batch(entry)
             if part.batches and part.size + len(batch) > limit:
                 break
@@ -125,13 +135,31 @@ async def _wait_for_append(parts: list[_Part], timeout: float) -> bool:
             remove()
 
 
+def _last_stable(part: _Part) -> int:
+    assert part.topic is not None
+    end = part.topic.ledger.end_offset
+    return part.states.last_stable(end) if part.states is not None else end
+
+
+def _aborted(part: _Part) -> list[dict[str, int]]:
+    """The aborted transactions a read_committed client must drop from what it gets."""
+    if not part.committed_only or part.states is None or not part.batches:
+        return []
+    last = records.read_header(part.batches[-1])
+    end = last.base_offset + last.last_offset_delta + 1
+    return [
+        {"producer_id": pid, "first_offset": first}
+        for pid, first in part.states.aborted_in(part.offset, end)
+    ]
+
+
 def _respond(parts: list[_Part]) -> list[dict[str, Any]]:
     by_topic: dict[str, list[dict[str, Any]]] = {}
     for part in parts:
         hw = lso = start = -1
         if part.topic is not None:
             ledger = part.topic.ledger
-            hw = lso = ledger.end_offset
+            hw, lso = ledger.end_offset, _last_stable(part)
             start = ledger.start_offset
         by_topic.setdefault(part.topic_name, []).append(
             {
@@ -140,7 +168,7 @@ def _respond(parts: list[_Part]) -> list[dict[str, Any]]:
                 "high_watermark": hw,
                 "last_stable_offset": lso,
                 "log_start_offset": start,
-                "aborted_transactions": [],
+                "aborted_transactions": _aborted(part),
                 "preferred_read_replica": -1,
                 "records": b"".join(part.batches) if not part.error else b"",
             }
@@ -152,6 +180,7 @@ def _respond(parts: list[_Part]) -> list[dict[str, Any]]:
 
 
 async def list_offsets(svc: Service, session: Session, req: Request) -> dict[str, Any]:
+    committed_only = req.api_version >= 2 and req.body.isolation_level == 1
     topics = []
     for t in req.body.topics:
         parts = []
@@ -160,6 +189,8 @@ async def list_offsets(svc: Service, session: Session, req: Request) -> dict[str
             try:
                 topic = await svc.topics.partition(t.name, p.partition_index)
                 ts, offset = await _offset_for(topic.ledger, p.timestamp)
+                if p.timestamp == LATEST and committed_only:  # the last stable offset
+                    offset = (await svc.producer_states(topic)).last_stable(offset)
             except MagnetarError as e:
                 error = error_code_of(e)
             parts.append(

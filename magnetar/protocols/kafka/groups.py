@@ -33,21 +33,13 @@ MAX_COMMIT_METADATA = 4096  # bytes; Kafka's offset.metadata.max.bytes default
 Response = dict[str, Any]
 
 
-NO_TRANSACTIONS = (
-    "Kafka transactions are not supported by this server yet: use an idempotent producer "
-    "(enable.idempotence) without transactional.id"
-)
-
-
 async def find_coordinator(svc: Service, session: Session, req: Request) -> Response:
-    """This node coordinates every group. A transaction coordinator is refused at once with
-    TRANSACTIONAL_ID_AUTHORIZATION_FAILED, the one answer every client treats as fatal (to
-    COORDINATOR_NOT_AVAILABLE they would retry until their timeout)."""
+    """This node coordinates every group and every transactional id (key type 1)."""
     s = svc.settings
-    if req.api_version >= 1 and req.body.key_type != 0:
+    if req.api_version >= 1 and req.body.key_type not in (0, 1):
         return {
-            "error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-            "error_message": NO_TRANSACTIONS,
+            "error_code": ErrorCode.INVALID_REQUEST,
+            "error_message": f"unknown coordinator key type {req.body.key_type}",
             "node_id": -1,
             "host": "",
             "port": -1,

@@ -18,12 +18,13 @@ from typing import Any
 from magnetar.broker import Topic
 from magnetar.broker.formats import KAFKA
 from magnetar.core.errors import MagnetarError
-from magnetar.protocols.kafka import compression, legacy, records
+from magnetar.protocols.kafka import compression, legacy, records, txn_apis
 from magnetar.protocols.kafka.errors import (
     CorruptRecordError,
     ErrorCode,
     KafkaProtocolError,
     MessageTooLargeError,
+    RefusedError,
     SequenceError,
     error_code_of,
 )
@@ -91,6 +92,8 @@ async def _produce_partition(
     """
     try:
         batches = _batches(data, svc.settings.max_message_size + records.BATCH_PADDING)
+        for _, header in batches:
+            _check_transaction(svc, header, topic_name, index)
         async with session.turn(topic_name, index):
             topic = svc.topics.cached(topic_name, index)
             if topic is None:
@@ -111,6 +114,21 @@ async def _produce_partition(
     except Exception:
         log.exception("produce to %s-%d failed", topic_name, index)
         return Stored(ErrorCode.UNKNOWN_SERVER_ERROR)
+
+
+def _check_transaction(svc: Service, header: records.BatchHeader, topic: str, index: int) -> None:
+    """A transactional batch is taken only inside its producer's open transaction, after
+    AddPartitionsToTxn named this partition (INVALID_TXN_STATE otherwise)."""
+    if not header.transactional:
+        return
+    if not txn_apis.coordinator(svc).accepts(
+        header.producer_id, header.producer_epoch, topic, index
+    ):
+        raise RefusedError(
+            ErrorCode.INVALID_TXN_STATE,
+            f"producer {header.producer_id} epoch {header.producer_epoch} has no open "
+            f"transaction with {topic}-{index}: AddPartitionsToTxn first",
+        )
 
 
 def _retrieve(done: asyncio.Future[int]) -> None:
@@ -169,6 +187,7 @@ async def _admit(
         assert check.duplicate_of is not None
         return asyncio.ensure_future(asyncio.shield(check.duplicate_of.offset))
     pushed = states.pushing(header)
+    states.writing(header, topic.ledger.end_offset)  # a transaction opens here, or later
     timestamp = header.max_timestamp if header.max_timestamp >= 0 else None
 
     async def store() -> int:

@@ -37,6 +37,7 @@ _OFFSET = struct.Struct(">q")
 _TIMESTAMP_LOG_APPEND = 0x08
 _TRANSACTIONAL = 0x10
 _CONTROL = 0x20
+TRANSACTIONAL, CONTROL = _TRANSACTIONAL, _CONTROL  # attribute bits (transactions, KIP-98)
 
 Header = tuple[str, bytes | None]
 
@@ -142,8 +143,10 @@ def validate(batch: bytes | memoryview) -> BatchHeader:
             f"record batch holds {header.record_count} records with last offset delta "
             f"{header.last_offset_delta}; a producer batch numbers them 0..n-1"
         )
-    if header.control or header.transactional:
-        raise InvalidRecordError("transactional and control batches are not supported")
+    if header.control:
+        raise InvalidRecordError("control batches are written by the transaction coordinator")
+    if header.transactional and header.producer_id < 0:
+        raise InvalidRecordError("a transactional batch needs a producer id (InitProducerId)")
     if header.compression not in compression.NAMES:
         raise CorruptRecordError(f"unknown compression codec {header.compression}")
     return header
@@ -180,8 +183,10 @@ def encode(
     producer_epoch: int = -1,
     base_sequence: int = -1,
     leader_epoch: int = -1,
+    attributes: int = 0,
 ) -> bytes:
-    """A v2 batch of ``records`` (offset deltas 0..n-1, in order)."""
+    """A v2 batch of ``records`` (offset deltas 0..n-1, in order); ``attributes`` adds flag
+    bits (TRANSACTIONAL, CONTROL) to the codec's."""
     if not records:
         raise InvalidRecordError("a record batch needs at least one record")
     base_ts = min(r.timestamp for r in records)
@@ -192,7 +197,7 @@ def encode(
     after_crc = (
         struct.pack(
             ">hiqqqhii",
-            codec,
+            codec | attributes,
             n - 1,
             base_ts,
             max_ts,

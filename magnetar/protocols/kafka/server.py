@@ -47,6 +47,7 @@ from magnetar.protocols.kafka import (
     produce,
     sasl,
     topic_admin,
+    txn_apis,
     wire,
 )
 from magnetar.protocols.kafka.errors import KafkaProtocolError, UnsupportedVersionError
@@ -84,6 +85,10 @@ HANDLERS: dict[int, Handler] = {
     wire.INCREMENTAL_ALTER_CONFIGS: alter_configs.incremental_alter_configs,
     wire.DELETE_GROUPS: group_admin.delete_groups,
     wire.OFFSET_DELETE: group_admin.offset_delete,
+    wire.ADD_PARTITIONS_TO_TXN: txn_apis.add_partitions_to_txn,
+    wire.ADD_OFFSETS_TO_TXN: txn_apis.add_offsets_to_txn,
+    wire.END_TXN: txn_apis.end_txn,
+    wire.TXN_OFFSET_COMMIT: txn_apis.txn_offset_commit,
     wire.SASL_HANDSHAKE: sasl.sasl_handshake,
     wire.SASL_AUTHENTICATE: sasl.sasl_authenticate,
     wire.CREATE_ACLS: acls.create_acls,
@@ -126,6 +131,7 @@ class KafkaServer:
         return f"{self.service.settings.advertised_host}:{self.port}"
 
     async def start(self) -> None:
+        await txn_apis.coordinator(self.service).start()  # stored transactions, timeouts
         s = self.service.settings
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(lambda: Connection(self), s.host, s.port)
@@ -158,6 +164,7 @@ class KafkaServer:
         for server in servers:
             await server.wait_closed()
         self._server = self._ssl_server = None
+        await txn_apis.coordinator(self.service).aclose()
         await self.service.aclose()
 
 

@@ -48,6 +48,7 @@ CONSUMER_GROUP_HEARTBEAT, CONSUMER_GROUP_DESCRIBE = 68, 69
 DELETE_RECORDS, ALTER_CONFIGS, DESCRIBE_LOG_DIRS, CREATE_PARTITIONS = 21, 33, 35, 37
 DELETE_GROUPS, ELECT_LEADERS, INCREMENTAL_ALTER_CONFIGS, OFFSET_DELETE = 42, 43, 44, 47
 DESCRIBE_TOPIC_PARTITIONS = 75
+ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT = 24, 25, 26, 28
 SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
 DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
 _OWN_SCHEMAS = "magnetar.protocols.kafka.schemas"  # messages kafka-python does not ship
@@ -104,6 +105,15 @@ _APIS: dict[int, tuple[Any, Any, int, int]] = {
         1,
     ),
     OFFSET_DELETE: (consumer.OffsetDeleteRequest, consumer.OffsetDeleteResponse, 0, 0),
+    ADD_PARTITIONS_TO_TXN: (
+        producer.AddPartitionsToTxnRequest,
+        producer.AddPartitionsToTxnResponse,
+        0,
+        3,
+    ),
+    ADD_OFFSETS_TO_TXN: (producer.AddOffsetsToTxnRequest, producer.AddOffsetsToTxnResponse, 0, 3),
+    END_TXN: (producer.EndTxnRequest, producer.EndTxnResponse, 0, 3),
+    TXN_OFFSET_COMMIT: (producer.TxnOffsetCommitRequest, producer.TxnOffsetCommitResponse, 0, 3),
     DESCRIBE_TOPIC_PARTITIONS: (
         admin.DescribeTopicPartitionsRequest,
         admin.DescribeTopicPartitionsResponse,
