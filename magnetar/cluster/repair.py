@@ -70,10 +70,12 @@ class Repairs:
             return 0
 
     async def retry(self) -> None:
-        """Schedule the repairs still owed (called by each audit round)."""
+        """Schedule the repairs still owed (called by each audit round); a ledger of a
+        partition this broker no longer serves is left to its new owner."""
         for lid, nodes in list(self.found.items()):
             ledger = self._ledgers.get(lid)
-            if ledger is None:
+            if ledger is None or not self.store.serves_ledger(lid):
+                self.forget(lid)
                 continue
             for node in list(nodes):
                 self.schedule(ledger, node)

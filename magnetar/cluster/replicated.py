@@ -553,6 +553,10 @@ class ReplicatedStorage:
     def has_partition(self, name: str) -> bool:
         return name in self._parts
 
+    def serves_ledger(self, ledger_id: int) -> bool:
+        """Whether a partition this broker serves has the ledger."""
+        return any(lg.ledger_id == ledger_id for p in self._parts.values() for lg in p.ledgers)
+
     def end_offset(self, name: str) -> int:
         return self._part(name).end
 
