@@ -24,6 +24,7 @@ from magnetar.core.clock import SYSTEM_CLOCK, Clock
 from magnetar.ledger import SegmentState, ValueSchema
 from magnetar.ledger import SegmentView as SegmentInfo
 from magnetar.ledger.errors import SegmentNotOffloadableError
+from magnetar.ledger.table_commits import unregistered
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +124,19 @@ class OffloadService:
         if due:
             self._start(topic, due)
         await self._drop_local_copies(topic)
+        await self._register_history(topic)
         await self._maintain_table(topic)
+
+    async def _register_history(self, topic: Topic) -> None:
+        """Backfill: one OFFLOADED segment whose rows are not in the topic's table yet
+        (offloaded before the catalog was turned on) is registered per sweep, oldest first."""
+        if not self.broker.ledgers.has_tables:
+            return
+        waiting = [s for s in topic.ledger.segments() if unregistered(s)]
+        if waiting:
+            await topic.ledger.register_in_table(
+                waiting[0].segment_id, value_schema=await self._value_schema(topic)
+            )
 
     async def _maintain_table(self, topic: Topic) -> None:
         """Expire old snapshots of the topic's table, unless its namespace turned

@@ -421,6 +421,12 @@ class ManagedLedger:
                 settled = await table_commits.reconcile(self, self.tier, info)
                 if settled is None:
                     continue  # the table cannot tell now: keep every object of the segment
+            elif (
+                self.tier is not None
+                and table_commits.unregistered(info)
+                and (table_commits.intent_of(info) is not None)
+            ):
+                await table_commits.settle_registration(self, self.tier, info)
             cleaned += await self._clean_segment(info.segment_id)
         return cleaned
 
@@ -460,6 +466,15 @@ class ManagedLedger:
             out += got
             offset = got[-1].next_offset
         return out
+
+    async def register_in_table(
+        self, segment_id: int, *, value_schema: ValueSchema | None = None
+    ) -> SegmentInfo:
+        """Commit an OFFLOADED segment's rows to the topic's Iceberg table (one offloaded
+        before the catalog was turned on); see ``table_commits.register``."""
+        if self.tier is None or self.tier.iceberg is None:
+            raise NoObjectStoreError(f"{self.name} has no Iceberg catalog to register in")
+        return await table_commits.register(self, self.tier, segment_id, value_schema)
 
     async def expire_table_snapshots(self, *, max_age_ms: int, keep: int) -> int:
         """Table maintenance (see ``table_commits.expire_snapshots``); 0 without a tier."""
@@ -513,6 +528,8 @@ class ManagedLedger:
                 await asyncio.to_thread(
                     tier.offloader.delete_attempt, self.name, seg.segment_id, attempt
                 )
+            for table_file in (seg.offload.get("iceberg") or {}).get("files", []):
+                await asyncio.to_thread(tier.store.delete, table_file)  # outside any attempt
         except MagnetarError as e:
             log.warning(
                 "objects of deleted segment %s of %s stay: %s", seg.segment_id, self.name, e

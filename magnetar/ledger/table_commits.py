@@ -28,8 +28,16 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from magnetar.ledger import offload_attempts as attempts
 from magnetar.storage import SegmentInfo, SegmentState
-from magnetar.tier import IcebergCommitError, SegmentFiles, Tier, ValueSchema, attempt_prefix
+from magnetar.tier import (
+    IcebergCommitError,
+    SegmentFiles,
+    Tier,
+    ValueSchema,
+    attempt_prefix,
+    key_of,
+)
 from magnetar.tier.iceberg import identifier
 
 if TYPE_CHECKING:
@@ -180,6 +188,91 @@ async def settle_before_offload(
     return None
 
 
+def unregistered(info: SegmentInfo) -> bool:
+    """An OFFLOADED segment whose rows are not in the table: offloaded before the catalog
+    was turned on (or a registration cut off by a crash)."""
+    intent = intent_of(info)
+    return info.state is SegmentState.OFFLOADED and not (intent and intent.get("committed"))
+
+
+async def register(
+    ledger: ManagedLedger, tier: Tier, segment_id: int, value_schema: ValueSchema | None
+) -> SegmentInfo:
+    """Commit an OFFLOADED segment's rows to the table from its object (the backfill of
+    history offloaded before the catalog). The same order as an offload: files, intent,
+    commit, mark; a registration cut off by a crash is settled at the next open."""
+    assert tier.iceberg is not None
+    info = ledger._segment(segment_id)
+    if info is None or not unregistered(info):
+        raise IcebergCommitError(f"segment {segment_id} of {ledger.name} needs no registration")
+    if intent_of(info) is not None:
+        info = await settle_registration(ledger, tier, info)
+        if info is None or not unregistered(info):
+            raise IcebergCommitError(
+                f"segment {segment_id} of {ledger.name}: an earlier registration cannot be "
+                "checked now (is the catalog reachable?); retrying later"
+            )
+    rows = await asyncio.to_thread(tier.reader.layout, key_of(ledger.name, info))
+    live = attempts.live_attempt(info, uploading=False)
+    prefix = (
+        attempt_prefix(ledger.name, segment_id, live)
+        if live
+        else f"{ledger.name}/{segment_id:020d}/table"  # a segment offloaded before attempts
+    )
+    keys = await asyncio.to_thread(
+        tier.iceberg.write_files, ledger.name, segment_id, prefix, rows, value_schema
+    )
+    intent = {"attempt": live or "", "files": keys, "committed": False}
+    offload = dict(info.offload or {})
+    info = await ledger.storage.update_segment(
+        ledger.name, segment_id, offload={**offload, "iceberg": intent}
+    )
+    files = files_of(ledger.name, info)
+    assert files is not None
+    snapshot = await asyncio.to_thread(tier.iceberg.commit, files)
+    done = {
+        **intent,
+        "committed": True,
+        "snapshot": snapshot,
+        "table": ".".join(identifier(ledger.name)),
+    }
+    return await ledger.storage.update_segment(
+        ledger.name, segment_id, offload={**offload, "iceberg": done}
+    )
+
+
+async def settle_registration(
+    ledger: ManagedLedger, tier: Tier, info: SegmentInfo
+) -> SegmentInfo | None:
+    """An OFFLOADED segment's registration that never got marked: committed (every file in
+    the table) → marked; otherwise its files leave the table and the store and the intent
+    goes, for a later registration. None when the catalog cannot tell now."""
+    files = files_of(ledger.name, info)
+    if files is None or tier.iceberg is None:
+        return None
+    offload = dict(info.offload or {})
+    try:
+        present = await asyncio.to_thread(tier.iceberg.referenced, files)
+        if files.keys and present == {tier.iceberg.uri(k) for k in files.keys}:
+            offload["iceberg"] = {
+                **offload["iceberg"],
+                "committed": True,
+                "table": ".".join(identifier(ledger.name)),
+            }
+        else:
+            if present:
+                await asyncio.to_thread(tier.iceberg.remove, [files], "abandon")
+            for key in files.keys:
+                await asyncio.to_thread(tier.store.delete, key)
+            offload.pop("iceberg", None)
+    except Exception as e:
+        log.warning(
+            "cannot settle segment %s of %s with its table: %s", info.segment_id, ledger.name, e
+        )
+        return None
+    return await ledger.storage.update_segment(ledger.name, info.segment_id, offload=offload)
+
+
 async def remove_trimmed(ledger: ManagedLedger, tier: Tier, before: int) -> None:
     """Before retention trims the segments wholly before ``before``: their files leave the
     table (one overwrite snapshot). Raises if the catalog cannot take it: nothing is
@@ -222,8 +315,11 @@ __all__ = [
     "intent_of",
     "pending",
     "reconcile",
+    "register",
     "remove_all",
     "remove_trimmed",
     "settle_before_offload",
+    "settle_registration",
     "undo",
+    "unregistered",
 ]

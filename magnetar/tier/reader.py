@@ -73,6 +73,14 @@ class OffloadedReader:
         index = pc.index(at_or_after, True).as_py()
         return None if index < 0 else int(table.column("offset")[index].as_py())
 
+    def layout(self, key: str) -> pa.Table:
+        """A whole offloaded object, in the tier's Parquet layout (rows, not entries)."""
+        try:
+            with self.store.open(key) as f:
+                return pq.read_table(f)
+        except OSError as e:
+            raise ObjectStoreUnavailableError(f"cannot read {key}: {e}") from None
+
     def _footer(self, key: str) -> _Footer:
         with self._lock:
             found = self._footers.get(key)

@@ -264,3 +264,39 @@ async def test_a_commit_that_cannot_be_undone_is_settled_before_the_next_attempt
     assert len(files) == 1 and Path(files[0].removeprefix("file://")).exists()
     rows = read_table(rig.tables)
     assert rows.column("__offset").to_pylist() == list(range(seg.first_offset, seg.end_offset))
+
+
+async def test_history_offloaded_before_the_catalog_is_registered_later(
+    open_iceberg_rig: OpenIcebergRig, tmp_path: Path
+) -> None:
+    rig = await open_iceberg_rig()
+    tables, rig.tier.iceberg = rig.tier.iceberg, None  # no catalog yet
+    await append_orders(rig.ledger, 0, 48, batch=3)
+    segments = await offload_closed(rig)
+    assert len(segments) == 3
+    rig.tier.iceberg = tables
+    real_commit = tables.commit
+
+    def cut_off(files):  # type: ignore[no-untyped-def]
+        raise OSError("crashed before the commit")
+
+    tables.commit = cut_off  # type: ignore[method-assign]
+    with pytest.raises(OSError):
+        await rig.ledger.register_in_table(segments[0], value_schema=schema(ORDER_V1))
+    tables.commit = real_commit  # type: ignore[method-assign]
+    await rig.aclose()  # the next open settles the cut-off registration
+    rig = await open_iceberg_rig()
+    assert rig.ledger.segments()[0].offload is not None
+    assert "iceberg" not in rig.ledger.segments()[0].offload
+    assert not [k for k in rig.tier.store.list() if "/iceberg-" in k]
+    for segment_id in segments:
+        done = await rig.ledger.register_in_table(segment_id, value_schema=schema(ORDER_V1))
+        assert done.offload is not None and done.offload["iceberg"]["committed"] is True
+    rows = read_table(rig.tables)
+    offloaded = sum(s.end_offset - s.first_offset for s in rig.ledger.segments()[:3])
+    assert rows.column("__offset").to_pylist() == list(range(offloaded))
+    assert rows.column("id").to_pylist() == list(range(offloaded))
+    first = rig.ledger.segments()[0]
+    await rig.ledger.trim(first.end_offset)
+    assert read_table(rig.tables).column("__offset").to_pylist()[0] == first.end_offset
+    assert all(Path(f.removeprefix("file://")).exists() for f in data_files(rig.tables))

@@ -330,3 +330,36 @@ def test_maintenance_expires_snapshots_unless_the_namespace_turns_it_off(tables:
     kept = tables.catalog.load_table("public.kept.kept")
     assert len(kept.snapshots()) == 2  # one append per segment, none expired
     assert tables.admin["kept"]["maintenance"] is False
+
+
+@pytest.mark.slow
+def test_history_offloaded_without_catalog_is_registered_once_it_is_on(tmp_path: Path) -> None:
+    data_dir = tmp_path / "node"
+    with StandaloneProcess(data_dir, extra_args=[*ARGS, "--iceberg-catalog", "none"]) as server:
+        admin = AdminHttp(server.http_url)
+        admin.ok("POST", "/admin/v2/namespaces/public/default/offloadThreshold", 0)
+        client = pulsar.Client(server.pulsar_url, operation_timeout_seconds=10)
+        send_pulsar(
+            client,
+            "old",
+            JsonSchema(Order),
+            [Order(**{**o, "ship": Address(**o["ship"])}) for o in map(order, range(41))],
+        )
+        client.close()
+        wait_until(lambda: offloaded(admin, "old") == 2, "offloaded without a catalog", 60)
+    with StandaloneProcess(data_dir, extra_args=ARGS) as server:
+        admin = AdminHttp(server.http_url)
+        path = "/admin/v2/persistent/public/default/old/iceberg"
+        wait_until(
+            lambda: admin.get(path)["partitions"][0]["offsetsCovered"] == [[0, 2 * SEGMENT - 1]],
+            "the old segments registered",
+            timeout=60,
+        )
+    catalog = SqlCatalog(
+        "magnetar",
+        uri=f"sqlite:///{data_dir / 'iceberg.db'}",
+        warehouse=f"file://{data_dir / 'tier' / 'iceberg'}",
+    )
+    rows = catalog.load_table("public.default.old").scan().to_arrow().sort_by("__offset")
+    assert rows.column("__offset").to_pylist() == list(range(2 * SEGMENT))
+    assert rows.column("id").to_pylist() == list(range(2 * SEGMENT))
