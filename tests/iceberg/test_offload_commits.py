@@ -300,3 +300,17 @@ async def test_history_offloaded_before_the_catalog_is_registered_later(
     await rig.ledger.trim(first.end_offset)
     assert read_table(rig.tables).column("__offset").to_pylist()[0] == first.end_offset
     assert all(Path(f.removeprefix("file://")).exists() for f in data_files(rig.tables))
+
+
+async def test_deleting_the_topic_empties_its_table_first(open_iceberg_rig: OpenIcebergRig) -> None:
+    rig = await open_iceberg_rig()
+    await append_orders(rig.ledger, 0, 20, batch=1)
+    await offload_closed(rig, schema(ORDER_V1))
+    assert read_table(rig.tables).num_rows > 0
+    await rig.ledger.delete()
+    table = rig.tables.catalog.load_table("public.default.orders")
+    snap = table.current_snapshot()
+    assert snap is not None and snap.summary is not None
+    assert snap.summary["magnetar.operation"] == "delete"
+    assert table.scan().to_arrow().num_rows == 0
+    assert [k for k in rig.tier.store.list() if not k.startswith("iceberg/")] == []
