@@ -65,9 +65,7 @@ def test_a_subscription_waits_at_damage_then_skips_it_when_told(tmp_path: Path) 
 
     with StandaloneProcess(data, extra_args=ARGS) as server:
         client = pulsar.Client(server.pulsar_url, logger=log)
-        consumer = client.subscribe(
-            topic, "s", initial_position=pulsar.InitialPosition.Earliest
-        )
+        consumer = client.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
         assert _receive(consumer, lambda got: len(got) == 150) == list(range(150))
         stats = _wait(lambda: _stats(server, name)["blockedAtDamagedPosition"], "blocked")
         second = int(damaged.stem)  # the damaged segment's id: its entry 50 is offset 150
