@@ -237,8 +237,13 @@ class TransactionCoordinator:
     async def _finish(self, txn: Txn) -> None:
         """Write the markers (and commit the offsets) of a PREPARE_* transaction."""
         commit = txn.state is TxnState.PREPARE_COMMIT
-        for topic, index in txn.partitions:
-            await self._write_marker(topic, index, txn.producer_id, txn.epoch, commit)
+        # all at once: the partitions' appends share the journal's group commits
+        await asyncio.gather(
+            *(
+                self._write_marker(topic, index, txn.producer_id, txn.epoch, commit)
+                for topic, index in txn.partitions
+            )
+        )
         if commit:
             for group, offsets in txn.offsets.items():
                 await self._commit_offsets(group, offsets)
