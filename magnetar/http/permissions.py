@@ -7,10 +7,10 @@ is reserved to), ``GET/POST/DELETE /admin/v2/persistent/{t}/{ns}/{topic}/permiss
 
 With authorization on, :func:`authorize` decides before any handler runs, from the path:
 tenants are created, changed and deleted by super-users and read by their admins; a
-namespace's and a topic's admin calls need an admin of its tenant; an HTTP lookup needs
-produce or consume on the topic; the Spark source's plan and the message browser need
-consume; the views API and everything else (brokers, storage nodes, internal calls) need a
-super-user. A refusal is a 403 with the reason.
+namespace's and a topic's admin calls need an admin of its tenant; an HTTP lookup (and a
+client's GET of a topic's partitions) needs produce or consume on the topic; the Spark
+source's plan and the message browser need consume; the views API and everything else
+(brokers, storage nodes, internal calls) need a super-user. A refusal is a 403 with the reason.
 """
 
 from __future__ import annotations
@@ -131,6 +131,12 @@ async def _check(auth: Authorizer, role: str, method: str, parts: list[str]) -> 
         if method == "GET":
             await auth.require_tenant_admin(role, parts[4])
             return
+    elif head == ["admin", "v2", "persistent"] and len(parts) == 8 and parts[7] == "partitions":
+        if method == "GET":  # a client's partitioned-metadata lookup (HTTP service URL)
+            await auth.require(role, _topic(parts[4:7]), "lookup")
+            return
+        await auth.require_tenant_admin(role, parts[4])
+        return
     elif head in (["admin", "v2", "namespaces"], ["admin", "v2", "persistent"]) and len(parts) > 4:
         await auth.require_tenant_admin(role, parts[4])
         return

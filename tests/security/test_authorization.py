@@ -303,3 +303,23 @@ def test_kafka_metadata_hides_what_the_role_may_not_see(node: Node) -> None:
              ["consume"])  # fmt: skip
     topics = AdminClient(node.kafka("carol")).list_topics(timeout=15).topics
     assert visible in topics and hidden not in topics
+
+
+def test_a_client_looking_up_over_http_needs_only_its_grant(node: Node) -> None:
+    """pulsar-client on the HTTP service URL GETs the topic's partitions, then looks it up:
+    both are lookups, allowed with produce (not only to tenant admins)."""
+    name = unique("http-lookup")
+    admin = node.http("admin")
+    admin.ok("POST", f"/admin/v2/persistent/acme/ns/{name}/permissions/carol", ["produce"])
+    client = pulsar.Client(
+        node.server.http_url,
+        authentication=pulsar.AuthenticationToken(node.tokens["carol"]),
+        operation_timeout_seconds=5,
+        logger=QUIET,
+    )
+    try:
+        client.create_producer(topic(name)).send(b"over http lookup")
+        with pytest.raises(pulsar.PulsarException):
+            client.create_producer(topic(unique("not-granted")))
+    finally:
+        client.close()

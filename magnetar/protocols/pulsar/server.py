@@ -332,10 +332,13 @@ class Connection(asyncio.Protocol):
         """Who the client is; AuthenticationError if the credential does not prove it."""
         auth = self.server.authenticator
         assert auth is not None
-        if not method and not data and self.server.anonymous_role:
-            return Identity(self.server.anonymous_role, "anonymous")
         if not method and self.peer_cn and "tls" in auth.providers:
             method = "tls"
+        anonymous = self.server.anonymous_role
+        if anonymous and ((not method and not data) or method not in auth.providers):
+            # no credential, or a method no provider serves: Pulsar takes the client as
+            # anonymousUserRole (what that role may do is then up to authorization)
+            return Identity(anonymous, "anonymous")
         return auth.authenticate(method, data, self.peer_cn)
 
     async def authorize(self, name: TopicName, action: str, *, subscription: str = "") -> None:
