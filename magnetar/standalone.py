@@ -234,14 +234,14 @@ class Standalone:
         if s.authentication_enabled:
             granted = "on" if s.authorization_enabled else "off (any role may do anything)"
             return f"authentication on ({s.authentication_providers}), authorization {granted}"
-        where = (
-            "bound to localhost only"
+        who = (
+            f"listening on {s.bind_address} only: anyone on this machine"
             if s.bind_address in ("127.0.0.1", "localhost", "::1")
-            else f"bound to {s.bind_address or 'every address'}: anyone who reaches it"
+            else f"listening on {s.bind_address or 'every address'}: anyone who reaches it"
         )
         return (
-            f"security: none (authentication off; {where} can read, write and administer "
-            "everything; see docs/security.md)"
+            f"security: none, authentication off, {who} can read, write and administer "
+            "everything (docs/security.md)"
         )
 
     async def aclose(self) -> None:
