@@ -186,7 +186,11 @@ def topic_policies(svc: Service, configs: list[Any]) -> TopicPolicies:
 
 
 _FIXED = {  # configs every topic has one value of: (the value, why no other)
-    "cleanup.policy": ("delete", "topics are not compacted (use delete)"),
+    "cleanup.policy": (
+        "delete",
+        "Kafka-written records are not compacted (topic compaction keeps the latest value "
+        "per key of Pulsar producers' messages only): use delete",
+    ),
     "message.timestamp.type": ("CreateTime", "records keep the producer's timestamp"),
     "compression.type": ("producer", "batches are stored as the producer compressed them"),
 }

@@ -144,7 +144,8 @@ def _refuse_list_op(name: str, op: int, value: str | None) -> NoReturn:
     what = "APPEND" if op == APPEND else "SUBTRACT"
     if name == "cleanup.policy":
         raise ConfigError(
-            f"{what} {value!r} to cleanup.policy is not supported: topics are not compacted "
-            "(compaction is not built yet), cleanup.policy stays delete"
+            f"{what} {value!r} to cleanup.policy is not supported: Kafka-written records are "
+            "not compacted (topic compaction covers Pulsar producers' messages), "
+            "cleanup.policy stays delete"
         )
     raise ConfigError(f"{what} is only for list configs; {name!r} is not one (use SET)")
