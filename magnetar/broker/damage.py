@@ -20,7 +20,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from magnetar.core.entries import Entry
-from magnetar.storage.errors import CorruptionError
+from magnetar.ledger import CorruptionError
 
 if TYPE_CHECKING:
     from magnetar.broker.subscription import Subscription

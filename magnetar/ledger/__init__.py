@@ -9,9 +9,11 @@ from magnetar.ledger.factory import LedgerFactory
 from magnetar.ledger.managed_ledger import LedgerStorage, ManagedLedger
 from magnetar.storage import OffsetOutOfRangeError, SegmentState
 from magnetar.storage import SegmentInfo as SegmentView
+from magnetar.storage.errors import CorruptionError  # a read met damaged data
 from magnetar.tier import ValueSchema  # what types a topic's Iceberg table (ManagedLedger.offload)
 
 __all__ = [
+    "CorruptionError",
     "LedgerFactory",
     "LedgerStorage",
     "ManagedLedger",
