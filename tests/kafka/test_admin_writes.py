@@ -449,3 +449,23 @@ def test_describe_topic_partitions_pages(
     rest = kp_admin.describe_topic_partitions(names, cursor=first["next_cursor"])
     assert [p["partition_index"] for p in rest["topics"][0]["partitions"]] == [1]
     assert rest["next_cursor"] is None
+
+
+def test_replica_moves_are_no_ops_on_the_one_replica(
+    kp_admin: KafkaAdminClient, admin: AdminClient, topic: str
+) -> None:
+    from kafka.structs import TopicPartition as KpTopicPartition
+    from kafka.structs import TopicPartitionReplica
+
+    _create(admin, topic, 2)
+    (broker,) = kp_admin.describe_log_dirs({topic: [0]})
+    here = broker["log_dirs"][0]["log_dir"]
+    replica = TopicPartitionReplica(topic, 0, 0)
+    assert kp_admin.alter_replica_log_dirs({replica: here})[replica] is kafka.errors.NoError
+    moved = kp_admin.alter_replica_log_dirs({replica: "/elsewhere"})[replica]
+    assert moved is kafka.errors.LogDirNotFoundError
+    tp = KpTopicPartition(topic, 1)
+    assert kp_admin.alter_partition_reassignments({tp: [0]}) == {tp: None}
+    refused = kp_admin.alter_partition_reassignments({tp: [0, 1]})[tp]
+    assert refused is kafka.errors.InvalidReplicationAssignmentError
+    assert kp_admin.list_partition_reassignments([tp]) == {}

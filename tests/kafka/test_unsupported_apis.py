@@ -15,8 +15,8 @@ from magnetar.protocols.kafka import wire
 from tests.kafka.conftest import TIMEOUT_S, RawKafka
 
 from kafka.protocol.admin import (  # isort: skip
-    AlterReplicaLogDirsRequest,
     DescribeClusterRequest,
+    DescribeProducersRequest,
     ListTransactionsRequest,
 )
 from kafka.protocol.metadata import ApiVersionsRequest  # isort: skip
@@ -41,12 +41,10 @@ def test_an_unserved_api_is_answered_unsupported_version(raw: RawKafka, request_
 
 
 def test_a_response_without_an_error_code_still_closes(raw: RawKafka, topic: str) -> None:
-    """AlterReplicaLogDirs answers per partition only: with nothing to carry the error, the
+    """DescribeProducers answers per partition only: with nothing to carry the error, the
     connection closes, as Kafka does."""
-    Dir = AlterReplicaLogDirsRequest.AlterReplicaLogDir
-    request = AlterReplicaLogDirsRequest[1](
-        dirs=[Dir(path="/x", topics=[Dir.AlterReplicaLogDirTopic(name=topic, partitions=[0])])]
-    )
+    Topic = DescribeProducersRequest.TopicRequest
+    request = DescribeProducersRequest[0](topics=[Topic(name=topic, partition_indexes=[0])])
     request.with_header(correlation_id=1, client_id="raw-test")
     raw.send_bytes(bytes(request.encode(framed=True, header=True)))
     assert raw.read_frame() is None

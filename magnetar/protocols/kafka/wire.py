@@ -49,6 +49,7 @@ DELETE_RECORDS, ALTER_CONFIGS, DESCRIBE_LOG_DIRS, CREATE_PARTITIONS = 21, 33, 35
 DELETE_GROUPS, ELECT_LEADERS, INCREMENTAL_ALTER_CONFIGS, OFFSET_DELETE = 42, 43, 44, 47
 DESCRIBE_TOPIC_PARTITIONS = 75
 ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT = 24, 25, 26, 28
+ALTER_REPLICA_LOG_DIRS, ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS = 34, 45, 46
 SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
 DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
 _OWN_SCHEMAS = "magnetar.protocols.kafka.schemas"  # messages kafka-python does not ship
@@ -114,6 +115,24 @@ _APIS: dict[int, tuple[Any, Any, int, int]] = {
     ADD_OFFSETS_TO_TXN: (producer.AddOffsetsToTxnRequest, producer.AddOffsetsToTxnResponse, 0, 3),
     END_TXN: (producer.EndTxnRequest, producer.EndTxnResponse, 0, 3),
     TXN_OFFSET_COMMIT: (producer.TxnOffsetCommitRequest, producer.TxnOffsetCommitResponse, 0, 3),
+    ALTER_REPLICA_LOG_DIRS: (
+        admin.AlterReplicaLogDirsRequest,
+        admin.AlterReplicaLogDirsResponse,
+        1,
+        2,
+    ),
+    ALTER_PARTITION_REASSIGNMENTS: (
+        admin.AlterPartitionReassignmentsRequest,
+        admin.AlterPartitionReassignmentsResponse,
+        0,
+        1,
+    ),
+    LIST_PARTITION_REASSIGNMENTS: (
+        admin.ListPartitionReassignmentsRequest,
+        admin.ListPartitionReassignmentsResponse,
+        0,
+        0,
+    ),
     DESCRIBE_TOPIC_PARTITIONS: (
         admin.DescribeTopicPartitionsRequest,
         admin.DescribeTopicPartitionsResponse,
