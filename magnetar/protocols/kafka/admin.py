@@ -62,7 +62,7 @@ async def metadata(svc: Service, session: Session, req: Request) -> Response:
         "brokers": brokers,
         "cluster_id": s.cluster_id,
         "controller_id": min((int(b["node_id"]) for b in brokers), default=s.node_id),
-        "topics": [await _topic_metadata(svc, name, auto) for name in names],
+        "topics": [await topic_metadata(svc, name, auto) for name in names],
     }
 
 
@@ -73,7 +73,7 @@ async def _requested_name(svc: Service, topic: Any) -> str | uuid.UUID:
     return str(topic.name)
 
 
-async def _topic_metadata(svc: Service, name: str | uuid.UUID, auto: bool) -> Response:
+async def topic_metadata(svc: Service, name: str | uuid.UUID, auto: bool) -> Response:
     if isinstance(name, uuid.UUID):  # an id no topic has
         return {"error_code": ErrorCode.UNKNOWN_TOPIC_ID, "name": None, "topic_id": name,
                 "partitions": []}  # fmt: skip
@@ -173,9 +173,9 @@ def topic_policies(svc: Service, configs: list[Any]) -> TopicPolicies:
             if not 0 < size <= limit:
                 raise ConfigError(f"max.message.bytes={value}: use 1..{limit} (the broker's limit)")
             policies.maxMessageSize = size
-        elif name in _FIXED:
-            if value != _FIXED[name][0]:
-                raise ConfigError(f"{name}={value} is not supported: {_FIXED[name][1]}")
+        elif name in FIXED_CONFIGS:
+            if value != FIXED_CONFIGS[name][0]:
+                raise ConfigError(f"{name}={value} is not supported: {FIXED_CONFIGS[name][1]}")
         else:
             raise ConfigError(f"topic config {name!r} is not supported")
     if retention:
@@ -185,7 +185,7 @@ def topic_policies(svc: Service, configs: list[Any]) -> TopicPolicies:
     return policies
 
 
-_FIXED = {  # configs every topic has one value of: (the value, why no other)
+FIXED_CONFIGS = {  # configs every topic has one value of: (the value, why no other)
     "cleanup.policy": (
         "delete",
         "Kafka-written records are not compacted (topic compaction keeps the latest value "

@@ -135,7 +135,7 @@ def _without(policies: TopicPolicies, name: str) -> TopicPolicies:
         return replace(policies, retentionPolicies=None if retention == _UNLIMITED else retention)
     if name == "max.message.bytes":
         return replace(policies, maxMessageSize=None)
-    if name in admin._FIXED:
+    if name in admin.FIXED_CONFIGS:
         return policies  # already its default, its only value
     raise ConfigError(f"topic config {name!r} is not supported")
 

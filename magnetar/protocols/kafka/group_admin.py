@@ -28,11 +28,11 @@ async def delete_groups(svc: Service, session: Session, req: Request) -> Respons
 
 
 async def _delete_group(svc: Service, group_id: str) -> ErrorCode:
-    if await groups._not_coordinator(svc, group_id):
+    if await groups.not_coordinator(svc, group_id):
         return ErrorCode.NOT_COORDINATOR
     if _has_members(svc, group_id):
         return ErrorCode.NON_EMPTY_GROUP
-    committed = await groups._committed_partitions(svc, group_id)
+    committed = await groups.committed_partitions(svc, group_id)
     known = group_id in svc.groups.groups or group_id in svc.consumer_groups.groups
     if not committed and not known:
         return ErrorCode.GROUP_ID_NOT_FOUND
@@ -65,9 +65,9 @@ async def _forget_offset(svc: Service, group_id: str, topic: str, index: int) ->
 
 async def offset_delete(svc: Service, session: Session, req: Request) -> Response:
     b = req.body
-    if await groups._not_coordinator(svc, b.group_id):
+    if await groups.not_coordinator(svc, b.group_id):
         return _offset_delete_error(ErrorCode.NOT_COORDINATOR)
-    committed = dict(await groups._committed_partitions(svc, b.group_id))
+    committed = dict(await groups.committed_partitions(svc, b.group_id))
     known = b.group_id in svc.groups.groups or b.group_id in svc.consumer_groups.groups
     if not committed and not known:
         return _offset_delete_error(ErrorCode.GROUP_ID_NOT_FOUND)

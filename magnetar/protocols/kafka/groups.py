@@ -63,7 +63,7 @@ def _group_topic(svc: Service, group: str) -> TopicName:
     return svc.topics.name(f"__group-{digest}")
 
 
-async def _not_coordinator(svc: Service, group: str) -> bool:
+async def not_coordinator(svc: Service, group: str) -> bool:
     """True when another broker coordinates ``group`` (answer NOT_COORDINATOR)."""
     ownership = svc.broker.ownership
     if ownership is None:
@@ -79,7 +79,7 @@ async def join_group(svc: Service, session: Session, req: Request) -> Response:
     b = req.body
     rebalance_ms = b.rebalance_timeout_ms if req.api_version >= 1 else b.session_timeout_ms
     try:
-        if await _not_coordinator(svc, b.group_id):
+        if await not_coordinator(svc, b.group_id):
             raise GroupError(ErrorCode.NOT_COORDINATOR, "another broker coordinates it")
         if svc.consumer_groups.active(b.group_id):  # a classic member of a consumer group
             join = svc.consumer_groups.classic_join
@@ -136,7 +136,7 @@ def _instances(svc: Service, group_id: str) -> dict[str, str]:
 async def sync_group(svc: Service, session: Session, req: Request) -> Response:
     b = req.body
     assignments = {a.member_id: bytes(a.assignment) for a in b.assignments or []}
-    if await _not_coordinator(svc, b.group_id):
+    if await not_coordinator(svc, b.group_id):
         return {"error_code": ErrorCode.NOT_COORDINATOR, "assignment": b""}
     try:
         if svc.consumer_groups.active(b.group_id):
@@ -155,7 +155,7 @@ async def sync_group(svc: Service, session: Session, req: Request) -> Response:
 
 async def heartbeat(svc: Service, session: Session, req: Request) -> Response:
     b = req.body
-    if await _not_coordinator(svc, b.group_id):
+    if await not_coordinator(svc, b.group_id):
         return {"error_code": ErrorCode.NOT_COORDINATOR}
     try:
         if svc.consumer_groups.active(b.group_id):
@@ -171,7 +171,7 @@ async def leave_group(svc: Service, session: Session, req: Request) -> Response:
     """One member (v0-2), or a batch of members by member or instance id (v3+, KIP-345:
     the admin client removes static members by instance id), each answered on its own."""
     b = req.body
-    if await _not_coordinator(svc, b.group_id):
+    if await not_coordinator(svc, b.group_id):
         return {"error_code": ErrorCode.NOT_COORDINATOR, "members": []}
     if req.api_version < 3:
         return {"error_code": _leave(svc, b.group_id, b.member_id, None)}
@@ -205,7 +205,7 @@ async def consumer_group_heartbeat(svc: Service, session: Session, req: Request)
     ``consumer_groups``)."""
     b = req.body
     try:
-        if await _not_coordinator(svc, b.group_id):
+        if await not_coordinator(svc, b.group_id):
             raise GroupError(ErrorCode.NOT_COORDINATOR, "another broker coordinates it")
         classic = svc.groups.group(b.group_id)
         if classic is not None and classic.members and b.member_epoch == 0:
@@ -237,7 +237,7 @@ async def consumer_group_describe(svc: Service, session: Session, req: Request) 
     described = []
     for group_id in req.body.group_ids:
         group = svc.consumer_groups.groups.get(group_id)
-        if await _not_coordinator(svc, group_id):
+        if await not_coordinator(svc, group_id):
             code, why = ErrorCode.NOT_COORDINATOR, "another broker coordinates it"
         elif group is None:
             code, why = ErrorCode.GROUP_ID_NOT_FOUND, f"group {group_id} is not a consumer group"
@@ -272,11 +272,11 @@ async def offset_commit(svc: Service, session: Session, req: Request) -> Respons
             svc.groups.check_commit(b.group_id, epoch, b.member_id, _instance(b))
     except GroupError as e:
         group_error = e.wire_code
-    if await _not_coordinator(svc, b.group_id):
+    if await not_coordinator(svc, b.group_id):
         group_error = ErrorCode.NOT_COORDINATOR
     topics = []
     for t in b.topics:
-        jobs = [_commit(svc, b.group_id, t.name, p, group_error) for p in t.partitions]
+        jobs = [commit_offset(svc, b.group_id, t.name, p, group_error) for p in t.partitions]
         codes = await asyncio.gather(*jobs)
         parts = [
             {"partition_index": p.partition_index, "error_code": code}
@@ -286,7 +286,9 @@ async def offset_commit(svc: Service, session: Session, req: Request) -> Respons
     return {"topics": topics}
 
 
-async def _commit(svc: Service, group: str, topic: str, p: Any, refused: ErrorCode) -> ErrorCode:
+async def commit_offset(
+    svc: Service, group: str, topic: str, p: Any, refused: ErrorCode
+) -> ErrorCode:
     """Move the group's cursor on partition ``p`` to its committed offset, with the commit's
     metadata; both are durable once this answers NONE. A refusal or failure leaves the
     previous commit (position and metadata) in force."""
@@ -315,7 +317,7 @@ async def offset_fetch(svc: Service, session: Session, req: Request) -> Response
     b = req.body
     wanted = b.topics
     if wanted is None:
-        pairs = await _committed_partitions(svc, b.group_id)
+        pairs = await committed_partitions(svc, b.group_id)
     else:
         pairs = [(t.name, list(t.partition_indexes)) for t in wanted]
     topics = []
@@ -391,13 +393,13 @@ async def offsets_here(svc: Service, body: dict[str, Any]) -> dict[str, Any]:
             committed_offset=int(body["offset"]),
             committed_metadata=body.get("metadata"),
         )
-        code = await _commit(svc, group, topic, p, ErrorCode.NONE)
+        code = await commit_offset(svc, group, topic, p, ErrorCode.NONE)
         return {"errorCode": int(code), "offset": NO_OFFSET, "metadata": None}
     offset, metadata, code = await _committed(svc, group, topic, index)
     return {"errorCode": int(code), "offset": offset, "metadata": metadata}
 
 
-async def _committed_partitions(svc: Service, group: str) -> list[tuple[str, list[int]]]:
+async def committed_partitions(svc: Service, group: str) -> list[tuple[str, list[int]]]:
     """Every (topic, partitions) of the Kafka namespace where ``group`` has a cursor."""
     out = []
     for topic in await svc.topics.list():

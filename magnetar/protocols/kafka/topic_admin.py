@@ -171,7 +171,7 @@ async def describe_topic_partitions(svc: Service, session: Session, req: Request
     for name in (n for n in names if n >= start[0]):
         if budget == 0:
             return _described(topics, {"topic_name": name, "partition_index": 0})
-        found = await admin._topic_metadata(svc, name, False)
+        found = await admin.topic_metadata(svc, name, False)
         first = start[1] if name == start[0] else 0
         parts = [p for p in found["partitions"] if p["partition_index"] >= first]
         rest = parts[budget:]

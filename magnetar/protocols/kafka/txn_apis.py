@@ -75,7 +75,7 @@ async def commit_offsets(svc: Service, group: str, staged: Offsets) -> None:
         p = SimpleNamespace(
             partition_index=index, committed_offset=offset, committed_metadata=metadata
         )
-        code = await groups._commit(svc, group, topic, p, ErrorCode.NONE)
+        code = await groups.commit_offset(svc, group, topic, p, ErrorCode.NONE)
         if code:
             raise RefusedError(code, f"committing {group}'s offset of {topic}-{index} failed")
 
