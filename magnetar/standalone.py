@@ -24,6 +24,7 @@ from magnetar.broker.errors import InvalidRequestError
 from magnetar.broker.offload import OffloadService
 from magnetar.broker.ownership import BrokerInfo, Ownership, parse_range
 from magnetar.broker.retention import RetentionService
+from magnetar.broker.scram import ScramCredentials
 from magnetar.broker.shedding import ClusterLeader, Shedder
 from magnetar.cluster.orphans import OrphanAuditor
 from magnetar.cluster.replicated import ReplicatedStorage
@@ -36,6 +37,7 @@ from magnetar.http import bodies
 from magnetar.http.cluster_metrics import cluster_metrics
 from magnetar.http.metrics import MetricSource, storage_metrics
 from magnetar.http.permissions import routes as permission_routes
+from magnetar.http.permissions import scram_routes
 from magnetar.http.routes import Route, ok
 from magnetar.http.server import HttpServer
 from magnetar.ledger import LedgerFactory
@@ -159,6 +161,7 @@ class Standalone:
                 ssl_context=ssl_context,
                 authenticator=authenticator,
                 authorizer=authorizer,
+                scram=ScramCredentials(meta),  # SCRAM is offered only with authentication
             )
             await listening("kafka_port", host, settings.kafka_port, node.kafka.start())
             ssl_port = settings.kafka_ssl_port
@@ -189,6 +192,7 @@ class Standalone:
                 authorizer=authorizer,
             )
             node.http.extra_routes += permission_routes(permissions)
+            node.http.extra_routes += scram_routes(ScramCredentials(meta))
             node.http.connection_limits = _connection_limits(settings)
             node.views = ViewService(settings, meta, broker)
             node.http.extra_routes += view_routes(node.views)

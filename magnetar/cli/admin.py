@@ -573,6 +573,31 @@ BROKERS: list[tuple[str, str, list[tuple[list[str], dict[str, Any]]], Action]] =
     ("list", "live brokers", [], lambda a, r: r.call("GET", "/admin/v2/brokers")),
 ]
 
+SCRAM: list[tuple[str, str, list[tuple[list[str], dict[str, Any]]], Action]] = [
+    ("list", "Kafka SCRAM users and their mechanisms", [],
+     lambda a, r: r.call("GET", "/magnetar/v1/scram")),
+    (
+        "set",
+        "set a user's SCRAM credential (stored salted)",
+        [
+            (["user"], {}),
+            (["--password"], {"required": True}),
+            (["--mechanism", "-m"], {"default": "SCRAM-SHA-256",
+                                     "choices": ("SCRAM-SHA-256", "SCRAM-SHA-512")}),
+            (["--iterations"], {"type": int, "default": 8192}),
+        ],
+        lambda a, r: r.call("PUT", f"/magnetar/v1/scram/{a.user}",
+                            {"mechanism": a.mechanism, "password": a.password,
+                             "iterations": a.iterations}),
+    ),
+    (
+        "delete",
+        "remove a user's SCRAM credential",
+        [(["user"], {}), (["--mechanism", "-m"], {"default": "SCRAM-SHA-256"})],
+        lambda a, r: r.call("DELETE", f"/magnetar/v1/scram/{a.user}/{a.mechanism}"),
+    ),
+]  # fmt: skip
+
 GROUPS = {
     "tenants": ("manage tenants", TENANTS),
     "namespaces": ("manage namespaces and their policies", NAMESPACES),
@@ -580,6 +605,7 @@ GROUPS = {
     "subscriptions": ("manage subscriptions", SUBSCRIPTIONS),
     "storage-nodes": ("list the cluster's storage nodes", STORAGE_NODES),
     "brokers": ("list the cluster's brokers", BROKERS),
+    "scram": ("Kafka SCRAM-SHA-256/512 users", SCRAM),
 }
 
 

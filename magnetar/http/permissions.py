@@ -26,9 +26,11 @@ from magnetar.broker.authorization import (
     check_actions,
     check_role,
 )
+from magnetar.broker.errors import InvalidRequestError, NotFoundError
+from magnetar.broker.scram import Credential, ScramCredentialError, ScramCredentials, check
 from magnetar.core.authentication import Identity
 from magnetar.core.names import TopicName
-from magnetar.http.bodies import json_body, strings
+from magnetar.http.bodies import integer, json_body, obj, strings, text
 from magnetar.http.routes import Handler, Route, no_content, ok
 
 NS = "/admin/v2/namespaces/{tenant}/{namespace}/permissions"
@@ -102,6 +104,46 @@ def routes(permissions: Permissions) -> list[Route]:
         Route("GET", TOPIC, topic_get, "Roles and their actions on a topic"),
         Route("POST", TOPIC + "/{role}", topic_grant, "Grant actions on a topic", body),
         Route("DELETE", TOPIC + "/{role}", topic_revoke, "Revoke a role's topic grant"),
+    ]  # fmt: skip
+
+
+def scram_routes(store: ScramCredentials) -> list[Route]:
+    """``/magnetar/v1/scram``: Kafka SCRAM users (``magnetar admin scram``); a super-user's
+    calls when authorization is on."""
+
+    async def listing(_request: web.Request) -> web.Response:
+        users = {}
+        for user in await store.users():
+            held = await store.get(user)
+            users[user] = {m: {"iterations": c.iterations} for m, c in held.items()}
+        return ok(users)
+
+    async def put(request: web.Request) -> web.Response:
+        body = obj(await json_body(request), "a SCRAM credential")
+        mechanism = text(body.get("mechanism", "SCRAM-SHA-256"), "mechanism")
+        password = text(body.get("password"), "password", max_chars=1024)
+        iterations = integer(body.get("iterations", 8192), "iterations", minimum=1,
+                             maximum=1 << 20)  # fmt: skip
+        try:
+            check(mechanism, iterations)
+        except ScramCredentialError as e:
+            raise InvalidRequestError(str(e)) from None
+        credential = Credential.from_password(mechanism, password, iterations)
+        await store.put(request.match_info["user"], mechanism, credential)
+        return no_content()
+
+    async def delete(request: web.Request) -> web.Response:
+        user, mechanism = request.match_info["user"], request.match_info["mechanism"]
+        if not await store.delete(user, mechanism):
+            raise NotFoundError(f"{user!r} has no {mechanism} credential")
+        return no_content()
+
+    return [
+        Route("GET", "/magnetar/v1/scram", listing, "Kafka SCRAM users and their mechanisms"),
+        Route("PUT", "/magnetar/v1/scram/{user}", put, "Set a user's SCRAM credential",
+              '{"mechanism": "SCRAM-SHA-256", "password": "...", "iterations": 8192}'),
+        Route("DELETE", "/magnetar/v1/scram/{user}/{mechanism}", delete,
+              "Remove a user's SCRAM credential"),
     ]  # fmt: skip
 
 

@@ -6,7 +6,9 @@ does). Mechanisms, over the node's providers (:mod:`magnetar.core.authentication
 
 - ``PLAIN`` (RFC 4616): the password is a token (``token:<jwt>`` as Kafka-on-Pulsar takes
   it, or a bare JWT), else the user and password are checked by the basic provider;
-- ``OAUTHBEARER`` (RFC 7628): the bearer token is a JWT checked by the token provider.
+- ``OAUTHBEARER`` (RFC 7628): the bearer token is a JWT checked by the token provider;
+- ``SCRAM-SHA-256`` / ``SCRAM-SHA-512`` (RFC 5802): against the salted credentials kept in
+  the metadata store (:mod:`magnetar.broker.scram`), in two SaslAuthenticate rounds.
 
 A refused credential is answered SASL_AUTHENTICATION_FAILED with the reason, then the
 connection closes. A client certificate on the SSL listener authenticates the connection
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from magnetar.broker.scram import MECHANISMS, ScramExchange
 from magnetar.core.authentication import AuthenticationError, Authenticator, Identity
 from magnetar.protocols.kafka.service import Service, Session
 from magnetar.protocols.kafka.wire import Request
@@ -27,8 +30,8 @@ SASL_AUTHENTICATION_FAILED = 58
 Response = dict[str, Any]
 
 
-def mechanisms(auth: Authenticator | None) -> list[str]:
-    """The SASL mechanisms the node's providers make possible."""
+def mechanisms(auth: Authenticator | None, scram: bool = False) -> list[str]:
+    """The SASL mechanisms the node's providers (and its SCRAM store) make possible."""
     if auth is None:
         return []
     found = []
@@ -36,11 +39,13 @@ def mechanisms(auth: Authenticator | None) -> list[str]:
         found.append("PLAIN")
     if "token" in auth.providers:
         found.append("OAUTHBEARER")
+    if scram:
+        found += list(MECHANISMS)
     return found
 
 
 async def sasl_handshake(svc: Service, session: Session, req: Request) -> Response:
-    offered = mechanisms(svc.authenticator)
+    offered = mechanisms(svc.authenticator, svc.scram is not None)
     mechanism = str(req.body.mechanism)
     if mechanism not in offered:
         return {"error_code": UNSUPPORTED_SASL_MECHANISM, "mechanisms": offered}
@@ -56,6 +61,8 @@ async def sasl_authenticate(svc: Service, session: Session, req: Request) -> Res
         session.close_after_answer = True
         return _failed(ILLEGAL_SASL_STATE, "SaslHandshake must come first")
     data = bytes(req.body.auth_bytes or b"")
+    if session.sasl_mechanism in MECHANISMS:
+        return await _scram(svc, session, data)
     try:
         if session.sasl_mechanism == "PLAIN":
             identity = _plain(auth, data)
@@ -66,6 +73,22 @@ async def sasl_authenticate(svc: Service, session: Session, req: Request) -> Res
         return _failed(SASL_AUTHENTICATION_FAILED, f"authentication failed: {e}")
     session.identity = identity
     return {"error_code": 0, "error_message": None, "auth_bytes": b"", "session_lifetime_ms": 0}
+
+
+async def _scram(svc: Service, session: Session, data: bytes) -> Response:
+    """SCRAM takes two SaslAuthenticate rounds: client-first, then client-final."""
+    assert svc.scram is not None and session.sasl_mechanism is not None
+    try:
+        if session.scram is None:
+            session.scram = ScramExchange(svc.scram, session.sasl_mechanism)
+            answer = await session.scram.first(data)
+        else:
+            identity, answer = session.scram.final(data)
+            session.identity, session.scram = identity, None
+    except AuthenticationError as e:
+        session.close_after_answer = True
+        return _failed(SASL_AUTHENTICATION_FAILED, f"authentication failed: {e}")
+    return {"error_code": 0, "error_message": None, "auth_bytes": answer, "session_lifetime_ms": 0}
 
 
 def _failed(code: int, message: str) -> Response:

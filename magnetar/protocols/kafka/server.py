@@ -27,6 +27,7 @@ from typing import Any
 
 from magnetar.broker import Broker
 from magnetar.broker.authorization import Authorizer
+from magnetar.broker.scram import ScramCredentials
 from magnetar.core.authentication import AuthenticationError, Authenticator
 from magnetar.core.connections import (
     ConnectionGate,
@@ -47,6 +48,7 @@ from magnetar.protocols.kafka import (
     produce,
     replicas,
     sasl,
+    scram_apis,
     topic_admin,
     txn_apis,
     wire,
@@ -98,6 +100,8 @@ HANDLERS: dict[int, Handler] = {
     wire.CREATE_ACLS: acls.create_acls,
     wire.DESCRIBE_ACLS: acls.describe_acls,
     wire.DELETE_ACLS: acls.delete_acls,
+    wire.DESCRIBE_USER_SCRAM_CREDENTIALS: scram_apis.describe_user_scram_credentials,
+    wire.ALTER_USER_SCRAM_CREDENTIALS: scram_apis.alter_user_scram_credentials,
 }
 # what a connection may ask before it has authenticated (with authentication on)
 _BEFORE_AUTHENTICATION = {wire.API_VERSIONS, wire.SASL_HANDSHAKE, wire.SASL_AUTHENTICATE}
@@ -115,10 +119,11 @@ class KafkaServer:
         ssl_context: ssl.SSLContext | None = None,
         authenticator: Authenticator | None = None,
         authorizer: Authorizer | None = None,
+        scram: ScramCredentials | None = None,
     ) -> None:
         if ssl_context is None:  # no SSL listener without a context
             settings = dataclasses.replace(settings, ssl_port=None)
-        self.service = Service(broker, settings, authenticator, authorizer)
+        self.service = Service(broker, settings, authenticator, authorizer, scram)
         self.limits = limits or ConnectionLimits()
         self.gate = ConnectionGate("Kafka", self.limits)
         self.ssl_context = ssl_context

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from magnetar.broker import AccessMode, Broker, Producer, Topic
 from magnetar.broker.authorization import Authorizer
+from magnetar.broker.scram import ScramCredentials, ScramExchange
 from magnetar.core.authentication import Authenticator, Identity
 from magnetar.core.errors import MagnetarError
 from magnetar.core.metrics import Histogram
@@ -56,7 +57,9 @@ class Service:
         settings: KafkaSettings,
         authenticator: Authenticator | None = None,
         authorizer: Authorizer | None = None,
+        scram: ScramCredentials | None = None,
     ) -> None:
+        self.scram = scram  # SCRAM credentials (offered as mechanisms with authentication)
         self.broker = broker
         self.settings = settings
         self.authenticator = authenticator  # None: no SASL, every connection is served
@@ -138,6 +141,7 @@ class Session:
     identity: Identity | None = None  # who authenticated (with authentication on)
     sasl_mechanism: str | None = None  # chosen by SaslHandshake
     close_after_answer: bool = False  # a refused authentication: answer, then close
+    scram: ScramExchange | None = None  # a SCRAM exchange between its two messages
     token: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     producers: dict[int, Producer] = field(default_factory=dict)  # id(topic) → producer
     # (topic, partition) → whose turn it is to be admitted (see produce._produce_partition)
