@@ -142,6 +142,7 @@ class CursorStore:
         self.cursor = cursor
         self.sub_type = sub_type  # Pulsar's name of the type (EXCLUSIVE, SHARED, ...)
         self.metadata: str | None = None  # a client's text about its position (Kafka commits)
+        self.leader_epoch: int | None = None  # the leader epoch a Kafka commit named (KIP-320)
         self.fenced = False
         self._node_version = node_version  # -1: the node does not exist yet
         self._written = self._state()
@@ -168,6 +169,7 @@ class CursorStore:
             node_version=node.stat.version,
         )
         store.metadata = raw.get("metadata")
+        store.leader_epoch = raw.get("leaderEpoch")
         store._written = store._state()
         return store
 
@@ -177,10 +179,12 @@ class CursorStore:
             body["type"] = self.sub_type
         if self.metadata is not None:
             body["metadata"] = self.metadata
+        if self.leader_epoch is not None:
+            body["leaderEpoch"] = self.leader_epoch
         return json.dumps(body).encode()
 
-    def _state(self) -> tuple[int, str | None, str | None]:
-        return self.cursor.version, self.sub_type, self.metadata
+    def _state(self) -> tuple[int, str | None, str | None, int | None]:
+        return self.cursor.version, self.sub_type, self.metadata, self.leader_epoch
 
     def changed(self) -> None:
         """Schedule a write of the cursor (coalesced with any other pending change)."""

@@ -71,3 +71,29 @@ def test_kafka_python_commit_metadata_and_its_limit(bootstrap: str, topic: str) 
         assert (found.offset, found.metadata) == (1, "kp metadata")
     finally:
         consumer.close()
+
+
+@pytest.mark.slow
+def test_the_committed_leader_epoch_comes_back_after_a_restart(tmp_path: Path) -> None:
+    """KIP-320: OffsetCommit v6+ carries the leader epoch of the committed offset, and
+    OffsetFetch v5+ returns it (kafka-python's admin list_group_offsets shows it)."""
+    server = StandaloneProcess(tmp_path / "data").start()
+    try:
+        bootstrap = f"127.0.0.1:{server.kafka_port}"
+        producer = kafka.KafkaProducer(bootstrap_servers=bootstrap)
+        producer.send("epochs", b"x").get(20)
+        producer.close()
+        consumer = kafka.KafkaConsumer(bootstrap_servers=bootstrap, group_id="g-epoch")
+        tp = KpTopicPartition("epochs", 0)
+        consumer.commit({tp: OffsetAndMetadata(1, "meta", 0)})
+        consumer.close()
+        server.stop()
+        server.start()
+        admin = kafka.KafkaAdminClient(bootstrap_servers=bootstrap)
+        try:
+            offsets = admin.list_group_offsets("g-epoch")["g-epoch"]
+        finally:
+            admin.close()
+        assert offsets[tp] == OffsetAndMetadata(1, "meta", 0)
+    finally:
+        server.stop()

@@ -305,8 +305,10 @@ async def commit_offset(
                                          offset, metadata)  # fmt: skip
             return code
         sub = await part.subscription(group, SubType.FAILOVER, durable=True, start=offset)
-        if sub.store is not None:
-            sub.store.metadata = metadata  # written by the seek's flush, with the position
+        if sub.store is not None:  # written by the seek's flush, with the position
+            sub.store.metadata = metadata
+            epoch = getattr(p, "committed_leader_epoch", -1)  # OffsetCommit v6+
+            sub.store.leader_epoch = epoch if epoch is not None and epoch >= 0 else None
         await sub.seek(max(offset, 0))
     except MagnetarError as e:
         return error_code_of(e)
@@ -324,11 +326,12 @@ async def offset_fetch(svc: Service, session: Session, req: Request) -> Response
     for name, indexes in pairs:
         parts = []
         for index in indexes:
-            offset, metadata, code = await _committed(svc, b.group_id, name, index)
+            offset, metadata, code, epoch = await _committed(svc, b.group_id, name, index)
             parts.append(
                 {
                     "partition_index": index,
                     "committed_offset": offset,
+                    "committed_leader_epoch": epoch,
                     "metadata": metadata,
                     "error_code": code,
                 }
@@ -339,22 +342,25 @@ async def offset_fetch(svc: Service, session: Session, req: Request) -> Response
 
 async def _committed(
     svc: Service, group: str, topic: str, index: int
-) -> tuple[int, str, ErrorCode]:
-    """(offset, metadata, error) of the group's commit on one partition."""
+) -> tuple[int, str, ErrorCode, int]:
+    """(offset, metadata, error, leader epoch or -1) of the group's commit on one
+    partition (a commit stored by another broker comes without its leader epoch)."""
     try:
         part = await svc.topics.partition(topic, index)
     except NotOwnerError:
         code, offset, metadata = await _at_owner(svc, "fetch", group, topic, index, -1, None)
-        return offset, metadata or "", code
+        return offset, metadata or "", code, -1
     except MagnetarError as e:
         code = error_code_of(e)
         unknown = code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        return NO_OFFSET, "", ErrorCode.NONE if unknown else code
+        return NO_OFFSET, "", ErrorCode.NONE if unknown else code, -1
     sub = part.subscriptions.get(group)
     if sub is None or not sub.durable:
-        return NO_OFFSET, "", ErrorCode.NONE
-    metadata = sub.store.metadata if sub.store is not None else None
-    return sub.cursor.mark_delete, metadata or "", ErrorCode.NONE
+        return NO_OFFSET, "", ErrorCode.NONE, -1
+    store = sub.store
+    metadata = store.metadata if store is not None else None
+    epoch = store.leader_epoch if store is not None and store.leader_epoch is not None else -1
+    return sub.cursor.mark_delete, metadata or "", ErrorCode.NONE, epoch
 
 
 async def _at_owner(
@@ -395,7 +401,7 @@ async def offsets_here(svc: Service, body: dict[str, Any]) -> dict[str, Any]:
         )
         code = await commit_offset(svc, group, topic, p, ErrorCode.NONE)
         return {"errorCode": int(code), "offset": NO_OFFSET, "metadata": None}
-    offset, metadata, code = await _committed(svc, group, topic, index)
+    offset, metadata, code, _ = await _committed(svc, group, topic, index)
     return {"errorCode": int(code), "offset": offset, "metadata": metadata}
 
 

@@ -37,7 +37,8 @@ log = logging.getLogger(__name__)
 ROOT = "/kafka/transactions"
 MAX_TIMEOUT_MS = 15 * 60_000  # Kafka's transaction.max.timeout.ms
 TopicPartition = tuple[str, int]
-Offsets = list[tuple[str, int, int, str | None]]  # (topic, partition, offset, metadata)
+# (topic, partition, offset, metadata, leader epoch)
+Offsets = list[tuple[str, int, int, str | None, int]]
 # writes one marker to a partition: (topic, partition, producer id, epoch, commit)
 MarkerWriter = Callable[[str, int, int, int, bool], Awaitable[None]]
 # commits a group's offsets: (group, offsets)
@@ -178,8 +179,8 @@ class TransactionCoordinator:
                     ErrorCode.INVALID_TXN_STATE,
                     f"group {group!r} was not added to the transaction (AddOffsetsToTxn)",
                 )
-            staged = {(t, p): (t, p, o, m) for t, p, o, m in txn.offsets.get(group, [])}
-            staged.update({(t, p): (t, p, o, m) for t, p, o, m in offsets})
+            staged = {(o[0], o[1]): o for o in txn.offsets.get(group, [])}
+            staged.update({(o[0], o[1]): o for o in offsets})
             txn.offsets[group] = list(staged.values())
             await self._save(txn)
 

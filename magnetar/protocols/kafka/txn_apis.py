@@ -71,9 +71,12 @@ async def write_marker(
 
 async def commit_offsets(svc: Service, group: str, staged: Offsets) -> None:
     """Commit a committed transaction's staged offsets of ``group``."""
-    for topic, index, offset, metadata in staged:
+    for topic, index, offset, metadata, epoch in staged:
         p = SimpleNamespace(
-            partition_index=index, committed_offset=offset, committed_metadata=metadata
+            partition_index=index,
+            committed_offset=offset,
+            committed_metadata=metadata,
+            committed_leader_epoch=epoch,
         )
         code = await groups.commit_offset(svc, group, topic, p, ErrorCode.NONE)
         if code:
@@ -132,7 +135,7 @@ async def add_offsets_to_txn(svc: Service, session: Session, req: Request) -> Re
 async def txn_offset_commit(svc: Service, session: Session, req: Request) -> Response:
     b = req.body
     staged = [
-        (t.name, p.partition_index, p.committed_offset, p.committed_metadata)
+        (t.name, p.partition_index, p.committed_offset, p.committed_metadata, _epoch(p))
         for t in b.topics
         for p in t.partitions
     ]
@@ -153,6 +156,12 @@ async def txn_offset_commit(svc: Service, session: Session, req: Request) -> Res
         for t in b.topics
     ]
     return {"throttle_time_ms": 0, "topics": topics}
+
+
+def _epoch(partition: Any) -> int:
+    """A committed offset's leader epoch (TxnOffsetCommit v2+; -1 unknown)."""
+    epoch = getattr(partition, "committed_leader_epoch", -1)
+    return -1 if epoch is None else int(epoch)
 
 
 async def end_txn(svc: Service, session: Session, req: Request) -> Response:
