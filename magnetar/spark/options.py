@@ -36,6 +36,7 @@ class ReadOptions:
     fail_on_data_loss: bool
     subscription: str | None
     min_partitions: int | None
+    token: str | None = None  # sent as Authorization: Bearer (option "token")
 
 
 def normalize(options: Mapping[str, str]) -> dict[str, str]:
@@ -114,6 +115,7 @@ def parse(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
     if max_per_trigger == 0:
         raise SparkSourceError("option maxOffsetsPerTrigger must be > 0")
     return ReadOptions(
+        token=opts.get("token") or None,
         url=opts.get("url", "http://localhost:8080").rstrip("/"),
         topics=topics,
         pattern=opts.get("topicspattern"),

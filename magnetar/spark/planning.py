@@ -42,9 +42,16 @@ class Slice:
     replicas: tuple[str, ...] = ()  # "node" slices: Flight URLs of nodes holding the range
 
 
-def http_get(url: str) -> Any:
+def _request(url: str, token: str | None, **kwargs: Any) -> urllib.request.Request:
+    request = urllib.request.Request(url, **kwargs)
+    if token:  # a node with authentication on (docs/security.md)
+        request.add_header("Authorization", f"Bearer {token}")
+    return request
+
+
+def http_get(url: str, token: str | None = None) -> Any:
     try:
-        with urllib.request.urlopen(url, timeout=30) as response:
+        with urllib.request.urlopen(_request(url, token), timeout=30) as response:
             return json.loads(response.read())
     except urllib.error.HTTPError as e:
         try:
@@ -58,8 +65,8 @@ def http_get(url: str) -> Any:
         ) from None
 
 
-def http_post(url: str, body: Any) -> None:
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST")
+def http_post(url: str, body: Any, token: str | None = None) -> None:
+    request = _request(url, token, data=json.dumps(body).encode(), method="POST")
     request.add_header("Content-Type", "application/json")
     try:
         with urllib.request.urlopen(request, timeout=30):
@@ -77,7 +84,7 @@ def resolve_topics(opts: ReadOptions) -> list[str]:
     if opts.topics:
         return [str(TopicName.parse(t)) for t in opts.topics]
     query = urllib.parse.urlencode({"pattern": opts.pattern or ""})
-    found: list[str] = http_get(f"{opts.url}/magnetar/v1/topics?{query}")
+    found: list[str] = http_get(f"{opts.url}/magnetar/v1/topics?{query}", opts.token)
     if not found:
         raise SparkSourceError(f"no topic matches topicsPattern {opts.pattern!r}")
     return found
@@ -85,7 +92,7 @@ def resolve_topics(opts: ReadOptions) -> list[str]:
 
 def fetch_plans(opts: ReadOptions) -> dict[str, dict[str, Any]]:
     """Every topic's plan (partitions, segments, locations), keyed by full topic name."""
-    return {t: http_get(opts.url + plan_path(t)) for t in resolve_topics(opts)}
+    return {t: http_get(opts.url + plan_path(t), opts.token) for t in resolve_topics(opts)}
 
 
 def bounds(

@@ -225,7 +225,7 @@ class MagnetarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for topic, parts in processed.items():
             url = self.opts.url + planning.plan_path(topic).removesuffix("/plan")
             url += f"/subscription/{self.opts.subscription}/commit"
-            planning.http_post(url, {"offsets": parts})
+            planning.http_post(url, {"offsets": parts}, self.opts.token)
         self.committed = processed
 
     def stop(self) -> None:
