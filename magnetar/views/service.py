@@ -42,6 +42,14 @@ from magnetar.views.errors import (
 from magnetar.views.filters import column_types_of_row, key_filter
 from magnetar.views.leader import CHECK_S, PATIENCE_S, Alone, ViewLeaders
 from magnetar.views.model import Offsets, ViewDefinition, ViewState, check_name, key_text
+from magnetar.views.records import (
+    AsOfRecord,
+    Failure,
+    Record,
+    VersionRecord,
+    ViewRecord,
+    record_from_json,
+)
 from magnetar.views.runner import RunOptions, ViewRunner
 from magnetar.views.session import first_line, spark_session
 from magnetar.views.status import describe, describe_virtual
@@ -61,13 +69,10 @@ class ViewService:
         self.meta = meta
         self.broker = broker
         self.url = ""
-        self.records: dict[str, dict[str, Any]] = {}
+        self.records: dict[str, Record] = {}
         self.runners: dict[str, ViewRunner] = {}  # name → the version being served
         self.pending: dict[str, ViewRunner] = {}  # name → a new version still backfilling
         self._stores: dict[str, StateStore] = {}
-        # name → why it could not resume at start (FAILED in status, not persisted: the
-        # next start tries again; PUT of the same definition retries now)
-        self.resume_errors: dict[str, str] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._lock = asyncio.Lock()
@@ -88,7 +93,7 @@ class ViewService:
         await self._load_records()
         if self.leaders.clustered:
             self._spawn(self._lead())
-        elif any(not r.get("virtual") for r in self.records.values()):
+        elif any(not r.virtual for r in self.records.values()):
             self._spawn(self._resume_all())
 
     async def _load_records(self) -> None:
@@ -98,7 +103,7 @@ class ViewService:
             if found is not None:
                 found_names.add(name)
                 if not self._mine(name):  # those this broker leads, it keeps current itself
-                    self.records[name] = json.loads(found.value)
+                    self.records[name] = record_from_json(name, json.loads(found.value))
         for gone in set(self.records) - found_names:  # deleted by its leader
             if not self._mine(gone):
                 del self.records[gone]
@@ -139,7 +144,7 @@ class ViewService:
             try:
                 await self._load_records()
                 for name, record in sorted(self.records.items()):
-                    if not record.get("virtual") and self.leaders.epoch(name) is None:
+                    if not record.virtual and self.leaders.epoch(name) is None:
                         await self._maybe_take(name)
             except asyncio.CancelledError:
                 raise
@@ -168,10 +173,12 @@ class ViewService:
                 await self.leaders.release(name)
                 self.records.pop(name, None)
                 return False
-            self.records[name] = record = json.loads(found.value)
-            self.resume_errors.pop(name, None)
+            record = record_from_json(name, json.loads(found.value))
+            self.records[name] = record
+            if not isinstance(record, ViewRecord):
+                return True
             try:
-                launch = await self._resume(name, record)
+                launch = await self._resume(record)
             except Exception as e:
                 self._resume_failed(name, e)
                 return True
@@ -215,9 +222,9 @@ class ViewService:
         their queries one by one; one broken view does not keep the others down."""
         launch: list[ViewRunner] = []
         for name, record in sorted(self.records.items()):
-            if not record.get("virtual"):
+            if isinstance(record, ViewRecord):
                 try:
-                    launch += await self._resume(name, record)
+                    launch += await self._resume(record)
                 except Exception as e:
                     self._resume_failed(name, e)
         for runner in launch:
@@ -228,38 +235,41 @@ class ViewService:
 
     def _resume_failed(self, name: str, error: Exception) -> None:
         log.error("view %s could not resume: %s", name, error, exc_info=error)
-        self.resume_errors[name] = (
-            f"could not resume after the restart: {first_line(error)} "
-            "(PUT the same definition again to retry)"
-        )
+        record = self.records.get(name)
+        if isinstance(record, ViewRecord):
+            record.resume_error = (
+                f"could not resume after the restart: {first_line(error)} "
+                "(PUT the same definition again to retry)"
+            )
 
-    async def _resume(self, name: str, record: dict[str, Any]) -> list[ViewRunner]:
-        runner = await self._runner(name, record)
+    async def _resume(self, record: ViewRecord) -> list[ViewRunner]:
+        name = record.name
+        record.resume_error = None
+        runner = await self._runner(name, record.current)
         self.runners[name] = runner
         launch = []
-        if record.get("failed"):
-            runner.state, runner.error = ViewState.FAILED, record["failed"]["error"]
-            runner.failed_at = record["failed"].get("at")
+        if record.current.failed is not None:
+            runner.state, runner.error = ViewState.FAILED, record.current.failed.error
+            runner.failed_at = record.current.failed.at
         else:
             launch.append(runner)
-        if record.get("pending"):
-            self.pending[name] = await self._runner(name, record["pending"])
+        if record.pending is not None:
+            self.pending[name] = await self._runner(name, record.pending)
             launch.append(self.pending[name])
         return launch
 
     # -- runners ---------------------------------------------------------------------------
 
-    async def _runner(self, name: str, version_record: dict[str, Any]) -> ViewRunner:
-        definition = ViewDefinition.parse(name, version_record["definition"])
-        version = int(version_record["version"])
+    async def _runner(self, name: str, version: VersionRecord) -> ViewRunner:
+        definition = ViewDefinition.parse(name, version.definition)
         store = await self._store(definition.store)
         return ViewRunner(
             definition,
-            version,
-            dataset_name(name, version),
+            version.version,
+            dataset_name(name, version.version),
             store,
-            self._checkpoint(name, version),
-            version_record["bootstrap"],
+            self._checkpoint(name, version.version),
+            version.bootstrap,
             self._changed,
         )
 
@@ -316,8 +326,8 @@ class ViewService:
         log.warning("view %s: %s", name, runner.error)
         async with self._lock:
             record = self.records[name]
-            if not record.get("pending"):
-                await self._create(runner.definition, version=self._next_version(record))
+            if isinstance(record, ViewRecord) and record.pending is None:
+                await self._create(runner.definition, version=record.next_version())
 
     def _changed(self, runner: ViewRunner) -> None:
         """Called from Spark's threads when a runner changes state."""
@@ -328,28 +338,25 @@ class ViewService:
         name = runner.definition.name
         async with self._lock:
             record = self.records.get(name)
-            if record is None:
+            if not isinstance(record, ViewRecord):
                 return
             if runner.state == ViewState.FAILED:
-                failed = {"error": runner.error, "at": runner.failed_at}
-                target = record["pending"] if self.pending.get(name) is runner else record
-                target["failed"] = failed
-                await self._save(name, record)
+                failure = Failure(runner.error or "failed", runner.failed_at)
+                record.fail(failure, pending=self.pending.get(name) is runner)
+                await self._save(record)
             elif runner.state == ViewState.LIVE and self.pending.get(name) is runner:
-                await self._swap(name, record, runner)
+                await self._swap(record, runner)
 
-    async def _swap(self, name: str, record: dict[str, Any], new: ViewRunner) -> None:
+    async def _swap(self, record: ViewRecord, new: ViewRunner) -> None:
         """The new version caught up: serve it, then retire the old one (atomic for readers:
         the stable name in the store is re-pointed in one step)."""
+        name = record.name
         old = self.runners.get(name)
-        pending = record.pop("pending")
-        record.update(pending)
-        record.pop("failed", None)
-        await self._save(name, record)
+        record.promote()
+        await self._save(record)
         await asyncio.to_thread(new.store.alias, name, new.dataset)
         self.runners[name] = new
         del self.pending[name]
-        self.resume_errors.pop(name, None)
         if old is not None:
             await self._retire(old)
 
@@ -358,12 +365,14 @@ class ViewService:
         await asyncio.to_thread(runner.store.drop, runner.dataset)
         await asyncio.to_thread(shutil.rmtree, runner.checkpoint, True)
 
-    async def _save(self, name: str, record: dict[str, Any]) -> None:
+    async def _save(self, record: Record) -> None:
+        name = record.name
         if self.leaders.epoch(name.split("@")[0]) is None:
             log.warning("view %s: not saved, another broker leads it now", name)
             return
         self.records[name] = record
-        await self.meta.put(f"{PREFIX}/{name}", json.dumps(record, sort_keys=True).encode())
+        body = json.dumps(record.to_json(), sort_keys=True).encode()
+        await self.meta.put(f"{PREFIX}/{name}", body)
 
     # -- the API ---------------------------------------------------------------------------
 
@@ -375,7 +384,7 @@ class ViewService:
             if self.leaders.epoch(name) is None and await self.leaders.acquire(name) is None:
                 raise ViewConflictError(f"another broker took view {name!r} meanwhile; retry")
             record = self.records.get(name)
-            if record is not None and record.get("virtual"):
+            if isinstance(record, AsOfRecord):
                 raise InvalidViewError(f"{name} is an as-of view: it cannot be redefined")
             if record is None:
                 try:
@@ -385,47 +394,45 @@ class ViewService:
                         await self.leaders.release(name)
                     raise
                 return await self.status(name), True
-            same = record["definition"] == definition.to_json()
-            if same and self.resume_errors.pop(name, None) is not None:
+            same = record.definition == definition.to_json()
+            if same and record.resume_error is not None:
+                record.resume_error = None
                 try:
-                    await self._retry(name, record)
+                    await self._retry(record)
                 except Exception as e:
                     self._resume_failed(name, e)
                     raise
                 return await self.status(name), False
             if same and name in self.pending:
                 return await self.status(name), False
-            if same and record.get("failed") is None:
+            if same and record.current.failed is None:
                 return await self.status(name), False
             if same:
-                await self._retry(name, record)
+                await self._retry(record)
             else:
-                await self._create(definition, version=self._next_version(record))
+                await self._create(definition, version=record.next_version())
         return await self.status(name), False
-
-    def _next_version(self, record: dict[str, Any]) -> int:
-        pending = record.get("pending") or {}
-        return int(max(record["version"], pending.get("version", 0))) + 1
 
     async def _create(self, definition: ViewDefinition, *, version: int) -> None:
         name = definition.name
-        version_record = {
-            "definition": definition.to_json(),
-            "version": version,
-            "bootstrap": await asyncio.to_thread(self._bootstrap_offsets, definition),
-            "createdMs": int(time.time() * 1000),
-        }
+        version_record = VersionRecord(
+            definition.to_json(),
+            version,
+            await asyncio.to_thread(self._bootstrap_offsets, definition),
+            int(time.time() * 1000),
+        )
         runner = await self._runner(name, version_record)
         await asyncio.to_thread(lambda: runner.prepare(self._spark(), self._options()))
         record = self.records.get(name)
-        if record is None:
-            record, self.runners[name] = dict(version_record), runner
+        if not isinstance(record, ViewRecord):
+            record, self.runners[name] = ViewRecord(name, version_record), runner
         else:
             old = self.pending.pop(name, None)
-            record["pending"], self.pending[name] = version_record, runner
+            record.build(version_record)
+            self.pending[name] = runner
             if old is not None:
                 await self._retire(old)
-        await self._save(name, record)
+        await self._save(record)
         await self._launch(runner)
 
     def _start_prepared(self, runner: ViewRunner) -> None:
@@ -433,12 +440,12 @@ class ViewService:
         if self.runners.get(runner.definition.name) is runner:
             runner.store.alias(runner.definition.name, runner.dataset)
 
-    async def _retry(self, name: str, record: dict[str, Any]) -> None:
+    async def _retry(self, record: ViewRecord) -> None:
         """A FAILED view with the same definition: resume it from its last commit."""
-        record.pop("failed", None)
-        await self._save(name, record)
-        runner = await self._runner(name, record)
-        self.runners[name] = runner
+        record.retry()
+        await self._save(record)
+        runner = await self._runner(record.name, record.current)
+        self.runners[record.name] = runner
         await self._launch(runner)
 
     def _bootstrap_offsets(self, definition: ViewDefinition) -> dict[str, Offsets]:
@@ -472,14 +479,14 @@ class ViewService:
 
     async def _status(self, name: str) -> dict[str, Any]:
         record = self._record(name)
-        if record.get("virtual"):
-            store = await self._store(record["definition"].get("store", "sqlite"))
-            return await asyncio.to_thread(describe_virtual, name, record, store)
+        if isinstance(record, AsOfRecord):
+            store = await self._store(record.definition.get("store", "sqlite"))
+            return await asyncio.to_thread(describe_virtual, record, store)
         runner = self.runners.get(name)
-        ends = await self._end_offsets(record["definition"]["source"])
-        out = describe(name, record, runner, self.pending.get(name), ends)
-        if name in self.resume_errors:
-            out["state"], out["error"] = ViewState.FAILED.value, self.resume_errors[name]
+        ends = await self._end_offsets(record.definition["source"])
+        out = describe(record, runner, self.pending.get(name), ends)
+        if record.resume_error is not None:
+            out["state"], out["error"] = ViewState.FAILED.value, record.resume_error
         if isinstance(self.leaders, ViewLeaders):
             out["leader"] = {"broker": self.leaders.me.id, "epoch": self.leaders.epoch(name)}
         return out
@@ -499,14 +506,14 @@ class ViewService:
                 {
                     "name": name,
                     "state": "ELSEWHERE",
-                    "version": record.get("version"),
-                    "definition": record["definition"],
+                    "version": record.version if isinstance(record, ViewRecord) else None,
+                    "definition": record.definition,
                     "leader": leader.to_json() if leader is not None else None,
                 }
             )
         return out
 
-    def _record(self, name: str) -> dict[str, Any]:
+    def _record(self, name: str) -> Record:
         record = self.records.get(name)
         if record is None:
             raise ViewNotFoundError(f"no view named {name!r}")
@@ -535,10 +542,12 @@ class ViewService:
         await self._known(name)
         await self._route(name)
         record = self._record(name)
-        definition = record["definition"]
+        definition = record.definition
         store = await self._store(definition.get("store", "sqlite"))
-        dataset = record["dataset"] if record.get("virtual") else None
-        dataset = dataset or dataset_name(name, int(record["version"]))
+        if isinstance(record, AsOfRecord):
+            dataset = record.dataset
+        else:
+            dataset = dataset_name(name, record.version)
         key = definition["key"]
         columns = await asyncio.to_thread(self._columns, name, store, dataset) if query else {}
         values = key_filter(name, query, key, columns)
@@ -562,16 +571,14 @@ class ViewService:
         await self._known(name)
         await self._route(name)
         async with self._lock:
-            self._record(name)
-            self.resume_errors.pop(name, None)
+            store_url = self._record(name).definition.get("store", "sqlite")
             for runner in (self.runners.pop(name, None), self.pending.pop(name, None)):
                 if runner is not None:
                     await self._retire(runner)
-            base = name.split("@")[0]
             for other in [n for n in self.records if n == name or n.startswith(f"{name}@")]:
                 await self._forget(other)
             if "@" not in name:
-                store = await self._store(self.records.get(base, {}).get("store", "sqlite"))
+                store = await self._store(store_url)
                 await asyncio.to_thread(store.drop_alias, name)
                 await asyncio.to_thread(
                     shutil.rmtree, self.settings.data_dir / "views" / name, True
@@ -580,9 +587,9 @@ class ViewService:
 
     async def _forget(self, name: str) -> None:
         record = self.records.pop(name)
-        if record.get("virtual"):
-            store = await self._store(record["definition"].get("store", "sqlite"))
-            await asyncio.to_thread(store.drop, record["dataset"])
+        if isinstance(record, AsOfRecord):
+            store = await self._store(record.definition.get("store", "sqlite"))
+            await asyncio.to_thread(store.drop, record.dataset)
         await self.meta.delete(f"{PREFIX}/{name}")
 
     async def as_of(self, name: str, body: Any) -> dict[str, Any]:
@@ -593,26 +600,26 @@ class ViewService:
         await self._known(name)
         await self._route(name)
         record = self._record(name)
-        if record.get("virtual"):
+        if isinstance(record, AsOfRecord):
             raise InvalidViewError(f"{name} is an as-of view already")
         timestamp, offsets = body.get("timestamp"), body.get("offsets")
         point = asof.point_options(timestamp, offsets)
         label = asof.check_label(body.get("label") or asof.default_label(timestamp, offsets))
-        definition = ViewDefinition.parse(name, record["definition"])
+        definition = ViewDefinition.parse(name, record.definition)
         store = await self._store(definition.store)
         dataset = dataset_name(name, label=label)
         rows = await asyncio.to_thread(self._materialize, definition, point, store, dataset)
-        virtual = {
-            "virtual": True,
-            "of": name,
-            "definition": definition.to_json(),
-            "dataset": dataset,
-            "at": {"timestamp": timestamp} if timestamp is not None else {"offsets": offsets},
-            "rows": rows,
-            "createdMs": int(time.time() * 1000),
-        }
+        virtual = AsOfRecord(
+            f"{name}@{label}",
+            name,
+            definition.to_json(),
+            dataset,
+            {"timestamp": timestamp} if timestamp is not None else {"offsets": offsets},
+            rows,
+            int(time.time() * 1000),
+        )
         async with self._lock:
-            await self._save(f"{name}@{label}", virtual)
+            await self._save(virtual)
         return await self.status(f"{name}@{label}")
 
     def _materialize(

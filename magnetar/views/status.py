@@ -6,35 +6,35 @@ import time
 from typing import Any
 
 from magnetar.views.model import Offsets, ViewState
+from magnetar.views.records import AsOfRecord, VersionRecord, ViewRecord
 from magnetar.views.runner import ViewRunner
 from magnetar.views.stores.base import StateStore
 
 
 def describe(
-    name: str,
-    record: dict[str, Any],
+    record: ViewRecord,
     runner: ViewRunner | None,
     pending: ViewRunner | None,
     ends: Offsets | None,
 ) -> dict[str, Any]:
-    out = _version(record, runner, ends)
-    out["name"] = name
-    if record.get("pending"):
-        out["pending"] = _version(record["pending"], pending, ends)
+    out = _version(record.current, runner, ends)
+    out["name"] = record.name
+    if record.pending is not None:
+        out["pending"] = _version(record.pending, pending, ends)
     return out
 
 
-def _version(record: dict[str, Any], runner: ViewRunner | None, ends: Offsets | None) -> Any:
-    failed = record.get("failed")
+def _version(record: VersionRecord, runner: ViewRunner | None, ends: Offsets | None) -> Any:
+    failed = record.failed.to_json() if record.failed is not None else None
     state = runner.state if runner is not None else ViewState.CREATED
     if failed and state != ViewState.FAILED:
         state = ViewState.FAILED
     position = runner.position if runner is not None else None
     progress = runner.progress() if runner is not None else 0.0
-    target = runner.target if runner is not None else record["bootstrap"]["target"]
+    target = runner.target if runner is not None else record.bootstrap["target"]
     out: dict[str, Any] = {
-        "version": record["version"],
-        "definition": record["definition"],
+        "version": record.version,
+        "definition": record.definition,
         "state": state.value,
         "progress": progress,
         "offsets": position.offsets if position else {},
@@ -43,7 +43,7 @@ def _version(record: dict[str, Any], runner: ViewRunner | None, ends: Offsets | 
         # have applied to be LIVE (creation high-water mark, or the ends at its restart)
         "highWaterMark": ends if ends is not None else target,
         "catchUpTarget": target,
-        "events": _events(record["bootstrap"]["start"], target, progress),
+        "events": _events(record.bootstrap["start"], target, progress),
         "error": (runner.error if runner and runner.error else None) or (failed or {}).get("error"),
         "failedAt": (runner.failed_at if runner and runner.failed_at else None)
         or (failed or {}).get("at"),
@@ -57,7 +57,7 @@ def _version(record: dict[str, Any], runner: ViewRunner | None, ends: Offsets | 
         out["sourceColumns"] = runner.columns
         out["restarts"] = runner.restarts  # its query died inside Spark and was started again
     if ends is not None and position is not None:
-        out["lag"] = lag(position.offsets, record["bootstrap"]["start"], ends, position)
+        out["lag"] = lag(position.offsets, record.bootstrap["start"], ends, position)
     return out
 
 
@@ -83,15 +83,15 @@ def lag(at: Offsets, start: Offsets, ends: Offsets, position: Any) -> dict[str, 
     return {"messages": behind, "ms": since if behind else 0}
 
 
-def describe_virtual(name: str, record: dict[str, Any], store: StateStore) -> dict[str, Any]:
+def describe_virtual(record: AsOfRecord, store: StateStore) -> dict[str, Any]:
     return {
-        "name": name,
+        "name": record.name,
         "state": ViewState.VIRTUAL.value,
-        "of": record["of"],
-        "at": record["at"],
-        "definition": record["definition"],
-        "rows": store.count(record["dataset"]),
-        "dataset": record["dataset"],
+        "of": record.of,
+        "at": record.at,
+        "definition": record.definition,
+        "rows": store.count(record.dataset),
+        "dataset": record.dataset,
         "version": None,
         "error": None,
     }
