@@ -52,6 +52,7 @@ ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT = 24, 25, 
 ALTER_REPLICA_LOG_DIRS, ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS = 34, 45, 46
 SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
 DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
+DESCRIBE_USER_SCRAM_CREDENTIALS, ALTER_USER_SCRAM_CREDENTIALS = 50, 51
 _OWN_SCHEMAS = "magnetar.protocols.kafka.schemas"  # messages kafka-python does not ship
 
 
@@ -145,6 +146,18 @@ _APIS: dict[int, tuple[Any, Any, int, int]] = {
     DESCRIBE_ACLS: (admin.DescribeAclsRequest, admin.DescribeAclsResponse, 0, 3),
     CREATE_ACLS: (admin.CreateAclsRequest, admin.CreateAclsResponse, 0, 3),
     DELETE_ACLS: (admin.DeleteAclsRequest, admin.DeleteAclsResponse, 0, 3),
+    DESCRIBE_USER_SCRAM_CREDENTIALS: (
+        admin.DescribeUserScramCredentialsRequest,
+        admin.DescribeUserScramCredentialsResponse,
+        0,
+        0,
+    ),
+    ALTER_USER_SCRAM_CREDENTIALS: (
+        admin.AlterUserScramCredentialsRequest,
+        admin.AlterUserScramCredentialsResponse,
+        0,
+        0,
+    ),
 }
 SUPPORTED: Mapping[int, tuple[int, int]] = {k: (v[2], v[3]) for k, v in _APIS.items()}
 _PREFIX = struct.Struct(">hhi")
