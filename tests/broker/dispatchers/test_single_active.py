@@ -1,14 +1,16 @@
 """SingleActiveDispatcher (Exclusive, Failover) in process: who is active, failover on
-removal, no delay, damaged entries."""
+removal, no delay, damaged entries, compacted reads."""
 
 from __future__ import annotations
 
 import pytest
 
-from magnetar.broker import SubType
+from magnetar.broker import Subscription, SubType
+from magnetar.broker.compaction import TopicCompaction
 from magnetar.broker.dispatchers import SingleActiveDispatcher
 from magnetar.broker.errors import ConsumerBusyError
-from magnetar.ledger import ManagedLedger
+from magnetar.ledger import LedgerFactory, ManagedLedger
+from magnetar.meta.memory import MemoryMetadataStore
 from magnetar.testing.clock import ManualClock
 from magnetar.testing.consumers import RecordingSink
 from magnetar.testing.memory_ledger import MemoryStorage, append_pulsar
@@ -103,3 +105,25 @@ async def test_a_damaged_entry_waits_then_is_skipped_when_allowed(
     await sub.dispatched()
     assert sink.offsets(c) == [0, 1, 3, 4, 5]
     assert sub.damage.skipped == 1 and sub.damage.blocked_at is None
+
+
+async def test_reading_compacted_gets_the_view_then_the_topic(
+    ledger: ManagedLedger, clock: ManualClock, sink: RecordingSink
+) -> None:
+    compaction = TopicCompaction(
+        "public/default/memory", ledger, LedgerFactory(ledger.storage), MemoryMetadataStore()
+    )
+    for value, key in ((b"a1", "a"), (b"b1", "b"), (b"a2", "a")):
+        await append_pulsar(ledger, value, key=key)
+    await compaction.compact()  # horizon 3: keeps b1 (1) and a2 (2)
+    await append_pulsar(ledger, b"a3", key="a")
+    sub = Subscription("s", SubType.FAILOVER, ledger, None, clock=clock, compaction=compaction)
+    try:
+        c = attach(sub, sink, 1)
+        sub.read_compacted = True
+        await sub.dispatched()
+        assert sink.values(c) == [b"b1", b"a2", b"a3"]
+        assert [d.message_id.entry_id for d in sink.deliveries[1]] == [1, 2, 3]  # original ids
+        assert sub.cursor.is_acked(0)  # left out by compaction: passed
+    finally:
+        await sub.aclose()
