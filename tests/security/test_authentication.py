@@ -6,6 +6,7 @@ Pulsar connection is re-authenticated through AUTH_CHALLENGE when its token expi
 from __future__ import annotations
 
 import base64
+import contextlib
 import subprocess
 import sys
 import time
@@ -297,3 +298,46 @@ def test_kafka_python_sasl_plain_with_basic_user(node: AuthServer) -> None:
     )
     assert [m.value for _, m in zip(range(1), consumer, strict=False)] == [b"one"]
     consumer.close()
+
+
+@pytest.mark.slow
+def test_kafka_sessions_end_with_their_token(node: AuthServer) -> None:
+    """KIP-368: a SASL session lasts as long as its token. A client handing out fresh tokens
+    (OAUTHBEARER's oauth_cb) keeps producing across several expiries; one whose PLAIN token
+    has expired is cut off and refused when it comes back."""
+    issued: list[float] = []
+
+    def oauth(_config: str) -> tuple[str, float]:
+        issued.append(time.time())
+        return short_token(node, 3), time.time() + 3
+
+    fresh = Producer(
+        node.kafka(
+            **{"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "OAUTHBEARER"},
+            oauth_cb=oauth,
+        )
+    )
+    topic = unique("kreauth")
+    outcomes: list[Any] = []
+
+    def produced_across_expiries() -> bool:
+        fresh.produce(topic, b"v", on_delivery=lambda err, _m: outcomes.append(err))
+        fresh.flush(15)
+        return time.time() - issued[0] > 7
+
+    wait_until(produced_across_expiries, "7 s of producing", timeout=60)
+    assert outcomes and all(err is None for err in outcomes), outcomes
+    errors: list[KafkaError] = []
+    stale = AdminClient(node.kafka(**{
+        "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+        "sasl.username": "alice", "sasl.password": f"token:{short_token(node, 2)}",
+    }, error_cb=errors.append))  # fmt: skip
+    stale.list_topics(timeout=10)
+
+    def cut_off() -> bool:
+        with contextlib.suppress(KafkaException):  # refused: error_cb says why
+            stale.list_topics(timeout=2)
+        stale.poll(0.1)
+        return any(e.code() == KafkaError._AUTHENTICATION for e in errors)
+
+    wait_until(cut_off, "the expired PLAIN session refused", timeout=60)

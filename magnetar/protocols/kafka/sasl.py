@@ -17,6 +17,7 @@ when the ``tls`` provider is on (role = CN), with no SASL exchange.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from magnetar.broker.scram import MECHANISMS, ScramExchange
@@ -71,8 +72,7 @@ async def sasl_authenticate(svc: Service, session: Session, req: Request) -> Res
     except AuthenticationError as e:
         session.close_after_answer = True
         return _failed(SASL_AUTHENTICATION_FAILED, f"authentication failed: {e}")
-    session.identity = identity
-    return {"error_code": 0, "error_message": None, "auth_bytes": b"", "session_lifetime_ms": 0}
+    return _authenticated(session, identity, b"")
 
 
 async def _scram(svc: Service, session: Session, data: bytes) -> Response:
@@ -84,11 +84,27 @@ async def _scram(svc: Service, session: Session, data: bytes) -> Response:
             answer = await session.scram.first(data)
         else:
             identity, answer = session.scram.final(data)
-            session.identity, session.scram = identity, None
+            session.scram = None
+            return _authenticated(session, identity, answer)
     except AuthenticationError as e:
         session.close_after_answer = True
         return _failed(SASL_AUTHENTICATION_FAILED, f"authentication failed: {e}")
     return {"error_code": 0, "error_message": None, "auth_bytes": answer, "session_lifetime_ms": 0}
+
+
+def _authenticated(session: Session, identity: Identity, answer: bytes) -> Response:
+    """Success. A credential that expires (a token's exp) bounds the session (KIP-368): the
+    client is told how long it has, re-authenticates on the same connection before then
+    (SaslHandshake + SaslAuthenticate again, same role), or is closed at its next request."""
+    if session.identity is not None and identity.role != session.identity.role:
+        session.close_after_answer = True
+        return _failed(SASL_AUTHENTICATION_FAILED, "re-authentication may not change the role")
+    session.identity = identity
+    lifetime = 0
+    if identity.expires_at is not None:
+        lifetime = max(1, int((identity.expires_at - time.time()) * 1000))
+    return {"error_code": 0, "error_message": None, "auth_bytes": answer,
+            "session_lifetime_ms": lifetime}  # fmt: skip
 
 
 def _failed(code: int, message: str) -> Response:

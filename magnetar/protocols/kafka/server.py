@@ -296,6 +296,19 @@ class Connection(asyncio.Protocol):
             )
             self.close()
             return
+        expires = self.session.identity.expires_at if self.session.identity else None
+        if (
+            expires is not None
+            and time.time() > expires
+            and request.api_key not in _BEFORE_AUTHENTICATION
+        ):  # KIP-368: the session ended without re-authentication
+            log.info(
+                "closing Kafka connection from %s: its credential expired (role %r)",
+                self.session.peer,
+                self.session.identity.role if self.session.identity else None,
+            )
+            self.close()
+            return
         task = asyncio.get_running_loop().create_task(self._handle(request))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
