@@ -131,9 +131,7 @@ async def collect_rows(ledger: ManagedLedger) -> tuple[list[bytes], list[int]]:
 
 
 async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
-    settings = build_settings(
-        env={}, overrides={"data_dir": workdir / "node", "fsync": "never"}
-    )
+    settings = build_settings(env={}, overrides={"data_dir": workdir / "node", "fsync": "never"})
     meta = open_metadata_store(settings.metadata)
     engine = await StorageEngine.open(settings, meta)
     try:
