@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import secrets
 import shutil
 import signal
 from collections.abc import Callable
@@ -31,6 +32,7 @@ from magnetar.cluster.replicated import ReplicatedStorage
 from magnetar.core.config import Settings, parse_listeners
 from magnetar.core.connections import ConnectionLimits
 from magnetar.core.errors import ConfigError, MagnetarError
+from magnetar.core.grants import ReadGrants
 from magnetar.core.names import TopicName
 from magnetar.core.ports import check_free, listening
 from magnetar.http import bodies
@@ -135,6 +137,7 @@ class Standalone:
             authenticator = settings.authenticator()
             permissions = Permissions(meta, broker.namespaces)
             authorizer = _authorizer(settings, permissions)
+            grants = ReadGrants(secrets.token_bytes(32)) if authorizer is not None else None
             node.pulsar = PulsarServer(
                 broker,
                 host=settings.bind_address,
@@ -172,6 +175,7 @@ class Standalone:
                 broker,
                 asyncio.get_running_loop(),
                 f"grpc://{settings.bind_address}:{settings.flight_port}",
+                grants,
             )
             node.flight.start()
             node.http = HttpServer(
@@ -190,6 +194,7 @@ class Standalone:
                 authenticator=authenticator,
                 anonymous_role=settings.anonymous_user_role,
                 authorizer=authorizer,
+                read_grants=grants,
             )
             node.http.extra_routes += permission_routes(permissions)
             node.http.extra_routes += scram_routes(ScramCredentials(meta))

@@ -18,6 +18,7 @@ from aiohttp import web
 
 from magnetar.broker import Broker, SubType
 from magnetar.broker.errors import InvalidRequestError, TopicNotFoundError
+from magnetar.core.grants import ReadGrants
 from magnetar.core.names import TopicName
 from magnetar.http.bodies import json_body, obj
 from magnetar.http.routes import Route, no_content, ok
@@ -26,10 +27,15 @@ from magnetar.http.topics import topic_of
 V1 = "/magnetar/v1/topics/{tenant}/{namespace}/{topic}"
 
 
-def routes(broker: Broker, flight_url: str | None) -> list[Route]:
+def routes(broker: Broker, flight_url: str | None, grants: ReadGrants | None = None) -> list[Route]:
     async def plan(request: web.Request) -> web.Response:
         name = topic_of(request)
-        return ok(await _plan(broker, name, flight_url))
+        answer = await _plan(broker, name, flight_url)
+        identity = request.get("identity")
+        if grants is not None and identity is not None:  # Flight reads need these back
+            for part in answer["partitions"]:
+                part["grant"] = grants.issue(part["name"], identity.role)
+        return ok(answer)
 
     async def list_topics(request: web.Request) -> web.Response:
         namespaces = await _namespaces(broker)

@@ -26,6 +26,7 @@ from magnetar.broker.ownership import BrokerInfo
 from magnetar.core.authentication import AuthenticationError, Authenticator, Identity
 from magnetar.core.connections import ConnectionGate, ConnectionLimits
 from magnetar.core.errors import InvalidNameError, MagnetarError
+from magnetar.core.grants import ReadGrants
 from magnetar.core.names import TopicName, check_namespace, check_tenant, check_topic
 from magnetar.core.tls import peer_common_name
 from magnetar.http import messages, reading, schemas, tenants, topics
@@ -188,8 +189,10 @@ class HttpServer:
         authenticator: Authenticator | None = None,
         anonymous_role: str = "",
         authorizer: Authorizer | None = None,
+        read_grants: ReadGrants | None = None,
     ):
         self.authorizer = authorizer  # None: an authenticated request may do anything
+        self.read_grants = read_grants  # plans carry Flight read grants (authorization on)
         self.authenticator = authenticator  # None: every request is served, as before
         self.anonymous_role = anonymous_role
         self.broker = broker
@@ -238,7 +241,7 @@ class HttpServer:
         if self.offload is not None:
             table += offload_routes(self.admin, self.offload)
         table += iceberg_routes(self.broker, self.admin)
-        table += reading.routes(self.broker, self.flight_url)
+        table += reading.routes(self.broker, self.flight_url, self.read_grants)
         table.append(MetricsEndpoint(self.metric_sources).route())
         table += schemas.routes(self.broker)
         table += messages.routes(self.broker) + console_routes()

@@ -40,6 +40,7 @@ class Slice:
     max_ts: int | None = None
     segment: int = -1  # "node" slices: the ledger the storage nodes hold
     replicas: tuple[str, ...] = ()  # "node" slices: Flight URLs of nodes holding the range
+    grant: str = ""  # "flight" slices: the read grant the plan carried (authorization on)
 
 
 def _request(url: str, token: str | None, **kwargs: Any) -> urllib.request.Request:
@@ -235,7 +236,19 @@ def _partition_slices(
         else:
             flight = p.get("flight", plan["flight"])
             out.append(
-                Slice("flight", topic, p["index"], p["name"], a, b, flight, "", min_ts, max_ts)
+                Slice(
+                    "flight",
+                    topic,
+                    p["index"],
+                    p["name"],
+                    a,
+                    b,
+                    flight,
+                    "",
+                    min_ts,
+                    max_ts,
+                    grant=p.get("grant", ""),
+                )
             )
     return out
 

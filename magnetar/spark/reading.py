@@ -47,8 +47,10 @@ def _flight(s: Slice) -> Iterator[pa.Table]:
 
     client = flight.connect(s.location)
     try:
-        ticket = flight.Ticket(json.dumps({"topic": s.ledger, "start": s.start, "end": s.end}))
-        reader = client.do_get(ticket)
+        request = {"topic": s.ledger, "start": s.start, "end": s.end}
+        if s.grant:
+            request["grant"] = s.grant
+        reader = client.do_get(flight.Ticket(json.dumps(request)))
         for chunk in reader:
             yield pa.Table.from_batches([chunk.data])
     finally:

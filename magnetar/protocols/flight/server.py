@@ -3,7 +3,8 @@ as Arrow record batches in the Parquet layout of :mod:`magnetar.tier.parquet`.
 
 This is the history path of seed 001 for segments still on the storage node: Spark
 executors call it directly, never the per-message consumer protocol. A ticket is JSON:
-``{"topic": "tenant/ns/topic[-partition-N]", "start": offset, "end": offset}``.
+``{"topic": "tenant/ns/topic[-partition-N]", "start": offset, "end": offset}``, and with
+authorization on the ``"grant"`` the plan gave that partition (:mod:`magnetar.core.grants`).
 Flight calls arrive on gRPC threads; storage is read on the broker's event loop.
 """
 
@@ -21,6 +22,7 @@ import pyarrow.flight as flight
 
 from magnetar.broker import Broker
 from magnetar.core.errors import MagnetarError
+from magnetar.core.grants import GrantError, ReadGrants
 from magnetar.core.names import TopicName
 from magnetar.ledger import ManagedLedger
 from magnetar.tier.parquet import SCHEMA, entries_to_table
@@ -29,8 +31,15 @@ CHUNK_ENTRIES = 2000
 
 
 class BulkReadServer(flight.FlightServerBase):
-    def __init__(self, broker: Broker, loop: asyncio.AbstractEventLoop, location: str) -> None:
+    def __init__(
+        self,
+        broker: Broker,
+        loop: asyncio.AbstractEventLoop,
+        location: str,
+        grants: ReadGrants | None = None,
+    ) -> None:
         super().__init__(location)
+        self.grants = grants  # with authorization on, a ticket needs a plan's read grant
         self.broker = broker
         self.loop = loop
         self._thread = threading.Thread(target=self.serve, name="magnetar-flight", daemon=True)
@@ -48,6 +57,11 @@ class BulkReadServer(flight.FlightServerBase):
             start, end = int(request["start"]), int(request["end"])
         except (ValueError, KeyError, TypeError) as e:
             raise flight.FlightServerError(f"bad ticket: {e}") from None
+        if self.grants is not None:
+            try:
+                self.grants.check(str(request["topic"]), str(request.get("grant", "")))
+            except GrantError as e:
+                raise flight.FlightUnauthorizedError(str(e)) from None
         try:
             topic = self._call(self.broker.get_topic(name, create=False))
         except MagnetarError as e:
