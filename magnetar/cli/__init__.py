@@ -98,6 +98,12 @@ _STANDALONE_FLAGS: list[tuple[str, str, type, str]] = [
         "check roles' permissions (needs authentication): true | false (default)",
     ),
     ("--superuser-roles", "superuser_roles", str, "comma-separated roles that may do everything"),
+    (
+        "--broker-client-auth-token",
+        "broker_client_auth_token",
+        str,
+        "token this node's own clients (views) present: a JWT or file:///PATH",
+    ),
     ("--group-min-session-timeout-ms", "group_min_session_timeout_ms", int, "shortest session ms"),
     ("--group-max-session-timeout-ms", "group_max_session_timeout_ms", int, "longest session ms"),
     (

@@ -105,6 +105,10 @@ class Settings:
     # authorization (needs authentication): super-users, tenant admins and granted actions
     authorization_enabled: bool = False
     superuser_roles: str = ""  # comma-separated roles that may do everything
+    # the credential this node's own clients present (its views' reads of their sources): a
+    # JWT or file:///PATH (Pulsar's brokerClientAuthenticationParameters); give its role
+    # super-user rights
+    broker_client_auth_token: str = ""
     kafka_namespace: str = "public/default"  # Kafka topic NAME = persistent://<this>/NAME
     # session timeouts a Kafka group member may ask for (Kafka's group.min/max.session.timeout.ms)
     group_min_session_timeout_ms: int = 6_000

@@ -34,6 +34,7 @@ KEYS = {
     "authenticationRefreshCheckSeconds": "authentication_refresh_check_seconds",
     "authorizationEnabled": "authorization_enabled",
     "superUserRoles": "superuser_roles",
+    "brokerClientAuthenticationParameters": "broker_client_auth_token",
     "tokenSecretKey": "token_secret_key",
     "tokenPublicKey": "token_public_key",
     "tokenAuthClaim": "token_auth_claim",

@@ -54,6 +54,19 @@ def read_key(setting: str, spec: str) -> bytes:
         raise ConfigError(setting, f"cannot read key file {str(path)!r}: {e.strerror}") from None
 
 
+def client_token(spec: str) -> str | None:
+    """The token a node's own clients present (``broker_client_auth_token``): a JWT,
+    ``file:///path`` holding one, or Pulsar's ``token:JWT`` / ``file:///path`` parameter
+    forms; None when unset."""
+    spec = spec.strip()
+    if not spec:
+        return None
+    spec = spec.removeprefix("token:")
+    if spec.startswith(("file://", "/")):
+        return read_key("broker_client_auth_token", spec).decode().strip()
+    return spec
+
+
 def secret_key() -> bytes:
     """A fresh HS256 secret key (256 bits), as ``pulsar tokens create-secret-key``."""
     return secrets.token_bytes(32)

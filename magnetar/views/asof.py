@@ -65,10 +65,12 @@ def rows_at(
     point: dict[str, str],
     *,
     roots: Sequence[Path] | None,
+    token: str | None = None,
 ) -> list[dict[str, Any]]:
     """The view's rows at ``point`` (SQL: the query's result; Python: a fold from empty,
     its module imported from ``roots``, see :func:`~magnetar.views.transform.load_function`)."""
-    reader = source_reader(spark, url, definition.source, streaming=False).options(**point)
+    reader = source_reader(spark, url, definition.source, streaming=False, token=token)
+    reader = reader.options(**point)
     if definition.sql is not None:
         frame = bind_view_sql(spark, reader, definition.sql)[0]
         return list(frame.toArrow().to_pylist())

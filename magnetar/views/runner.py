@@ -48,6 +48,7 @@ class RunOptions:
     max_batch_events: int
     trigger_ms: int
     python_path: tuple[Path, ...] = ()  # where Python views may be imported from (resolved)
+    token: str | None = None  # the node's own client credential (authentication on)
 
 
 def offsets_of_batch(checkpoint: Path, batch_id: int) -> Offsets:
@@ -230,7 +231,7 @@ class ViewRunner:
         self._url = opts.url
         limit = opts.max_batch_events if d.sql else python_batch_limit(opts.max_batch_events)
         events_reader = (
-            source_reader(spark, opts.url, d.source, streaming=True)
+            source_reader(spark, opts.url, d.source, streaming=True, token=opts.token)
             .option("startingOffsets", _offsets_option(self.starting))
             .option("maxOffsetsPerTrigger", str(limit))
         )
@@ -395,7 +396,8 @@ class ViewRunner:
             found = in_rows(table)
         else:  # the batch holds the query's result rows: read the batch's range again
             begin = stored.offsets if stored is not None else self.start_offsets
-            found = in_range(self._url, self.definition.source, begin, offsets)
+            token = self._opts.token if self._opts is not None else None
+            found = in_range(self._url, self.definition.source, begin, offsets, token)
         if found.count and self.definition.on_unparsed == FAIL:
             raise UnparsedMessageError(failure_message(found), at=found.first)
         self.unparsed_log.record(batch_id, found, stored.batch_id if stored else -1)

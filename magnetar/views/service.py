@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 from magnetar.broker import Broker
 from magnetar.core.config import Settings
 from magnetar.core.names import TopicName
+from magnetar.core.tokens import client_token
 from magnetar.meta import MetadataStore
 from magnetar.spark import planning
 from magnetar.spark.options import SparkSourceError, parse
@@ -83,6 +84,9 @@ class ViewService:
             else Alone()
         )
         self._leaderless: dict[str, float] = {}  # view → since when nobody leads it
+        # the node's own client credential: views read their sources through this node's
+        # HTTP port, which asks for one when authentication is on
+        self._token = client_token(settings.broker_client_auth_token)
 
     # -- lifecycle of the service ---------------------------------------------------------
 
@@ -285,8 +289,17 @@ class ViewService:
     def _options(self) -> RunOptions:
         s = self.settings
         return RunOptions(
-            self.url, s.views_max_batch_events, s.views_trigger_ms, s.views_python_dirs
+            self.url,
+            s.views_max_batch_events,
+            s.views_trigger_ms,
+            s.views_python_dirs,
+            self._token,
         )
+
+    def _source_options(self, topics: list[str]) -> dict[str, str]:
+        """The magnetar source's options for planning reads of ``topics`` from this node."""
+        found = {"url": self.url, "topics": ",".join(topics)}
+        return {**found, "token": self._token} if self._token else found
 
     def _spark(self) -> Any:
         s = self.settings
@@ -451,7 +464,7 @@ class ViewService:
     def _bootstrap_offsets(self, definition: ViewDefinition) -> dict[str, Offsets]:
         """Earliest and latest offsets now: the backfill runs from one to the other."""
         try:
-            opts = parse({"url": self.url, "topics": ",".join(definition.source)}, streaming=False)
+            opts = parse(self._source_options(list(definition.source)), streaming=False)
             plans = planning.fetch_plans(opts)
         except SparkSourceError as e:
             raise InvalidViewError(f"bad source: {e}") from None
@@ -462,7 +475,7 @@ class ViewService:
 
     def _planned_ends(self, topics: list[str]) -> Offsets | None:
         try:
-            opts = parse({"url": self.url, "topics": ",".join(topics)}, streaming=False)
+            opts = parse(self._source_options(topics), streaming=False)
             ends: Offsets = planning.bounds(planning.fetch_plans(opts), "latest", end=True)
         except SparkSourceError as e:  # a broker between owners: the next call knows
             log.debug("views: end offsets of %s not known now: %s", topics, e)
@@ -627,7 +640,9 @@ class ViewService:
     ) -> int:
         try:
             roots = self.settings.views_python_dirs
-            rows = asof.rows_at(self._spark(), definition, self.url, point, roots=roots)
+            rows = asof.rows_at(
+                self._spark(), definition, self.url, point, roots=roots, token=self._token
+            )
         except ViewError:
             raise
         except Exception as e:

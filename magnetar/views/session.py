@@ -55,9 +55,14 @@ def spark_session(master: str, conf: Mapping[str, str] | None = None) -> Any:
         return _session
 
 
-def source_reader(spark: Any, url: str, topics: Sequence[str], *, streaming: bool) -> Any:
+def source_reader(
+    spark: Any, url: str, topics: Sequence[str], *, streaming: bool, token: str | None = None
+) -> Any:
+    """The magnetar source over ``topics``; ``token`` authenticates its plan requests on a
+    node with authentication on (the node's own client credential, for views)."""
     reader = spark.readStream if streaming else spark.read
-    return reader.format("magnetar").option("url", url).option("topics", ",".join(topics))
+    reader = reader.format("magnetar").option("url", url).option("topics", ",".join(topics))
+    return reader.option("token", token) if token else reader
 
 
 def bind_sql(spark: Any, events: Any, plan: Any) -> Any:

@@ -67,7 +67,9 @@ def in_rows(table: pa.Table) -> Unparsed:
     return Unparsed(rows.num_rows, first)
 
 
-def in_range(url: str, topics: Iterable[str], begin: Offsets, end: Offsets) -> Unparsed:
+def in_range(
+    url: str, topics: Iterable[str], begin: Offsets, end: Offsets, token: str | None = None
+) -> Unparsed:
     """The unparsed messages in ``[begin, end)`` of ``topics``, read straight from the
     segments as the ``magnetar`` source reads them (same decoding, so the same verdict).
     Used for SQL views, whose batch callback sees only the query's result rows."""
@@ -77,7 +79,8 @@ def in_range(url: str, topics: Iterable[str], begin: Offsets, end: Offsets) -> U
     from magnetar.spark.source import data_definition
     from magnetar.tier.rows import record_type
 
-    plans = planning.fetch_plans(parse({"url": url, "topics": ",".join(topics)}, streaming=False))
+    options = {"url": url, "topics": ",".join(topics), **({"token": token} if token else {})}
+    plans = planning.fetch_plans(parse(options, streaming=False))
     mapped = record_type(data_definition(plans))
     if mapped is None:
         return Unparsed()
