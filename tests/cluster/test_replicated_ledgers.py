@@ -600,12 +600,21 @@ def test_striping_puts_each_entry_on_write_quorum_nodes_of_the_ensemble(cluster:
     )  # fmt: skip
     client = pulsar.Client(b.pulsar_url, logger=_quiet())
     producer = client.create_producer(TOPIC, batching_enabled=False, block_if_queue_full=True)
-    sent = [f"s-{i:05d}".encode() for i in range(600)]
-    for value in sent:
-        producer.send_async(value, None)
-    producer.flush()
+    sent: list[bytes] = []
+
+    def closed() -> list[dict[str, Any]]:
+        return [lg for lg in cluster.ledgers(TOPIC) if lg["info"]["state"] == "CLOSED"]
+
+    # 600 entries pass --segment-max-bytes twice over; a ledger rolls on the append after
+    # its limit once all E nodes are writable (a node slow to register under load waits a
+    # roll for the next append), so publish on until one has closed
+    while not closed() and len(sent) < 6000:
+        for _ in range(600):
+            sent.append(f"s-{len(sent):05d}".encode())
+            producer.send_async(sent[-1], None)
+        producer.flush()
     client.close()
-    ledger = next(lg for lg in cluster.ledgers(TOPIC) if lg["info"]["state"] == "CLOSED")
+    ledger = closed()[0]
     assert ledger["quorum"] == [3, 2, 2] and len(ledger["ensembles"][0][1]) == 3
     info = ledger["info"]
     entries = info["entries"]
