@@ -109,9 +109,10 @@ class Standalone:
                     meta, me, on_lost=broker.ownership_lost, load=partial(_load, broker)
                 )
                 await broker.ownership.start()
+                leader = ClusterLeader(broker.ownership)  # shedding and the auditor's lead
                 if settings.load_balancer_shedding_enabled:
                     node.shedder = Shedder(
-                        broker.ownership,
+                        leader,
                         _unload_bundle,
                         interval_s=settings.load_balancer_shedding_interval_s,
                         grace_s=settings.load_balancer_shedding_grace_s,
@@ -119,7 +120,7 @@ class Standalone:
                     node.shedder.start()
                 node.orphans = OrphanAuditor(
                     storage,
-                    ClusterLeader(broker.ownership).check,
+                    leader.check,
                     partial(_unowned, broker.ownership),
                     partial(_load_partition, broker),
                     interval=min(max(settings.rereplication_grace_s / 4, 0.5), 10.0),

@@ -69,10 +69,15 @@ class Shedder:
     """See the module docstring."""
 
     def __init__(
-        self, ownership: Ownership, unload: Unload, *, interval_s: float, grace_s: float
+        self,
+        leader: ClusterLeader,
+        unload: Unload,
+        *,
+        interval_s: float,
+        grace_s: float,
     ) -> None:
-        self.ownership = ownership
-        self.leader = ClusterLeader(ownership)
+        self.ownership = leader.ownership
+        self.leader = leader
         self._unload = unload
         self.interval_s = interval_s
         self.grace_s = grace_s
