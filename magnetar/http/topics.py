@@ -222,7 +222,8 @@ def routes(
         return no_content()
 
     async def lookup(request: web.Request) -> web.Response:
-        name = topic_of(request)
+        m = request.match_info
+        name = TopicName.parse(f"{m['domain']}://{m['tenant']}/{m['namespace']}/{m['topic']}")
         await broker.policies(name)
         if broker.ownership is not None:
             owner, _ = await broker.ownership.lookup(name, authoritative=True)
@@ -272,5 +273,10 @@ def routes(
         Route("POST", S + "/skip/{count}", skip, "Skip N messages"),
         Route("POST", S + "/skip_all", skip_all, "Skip the whole backlog"),
         Route("POST", S + "/resetcursor/{timestamp}", reset_cursor, "Reset to a publish time"),
-        Route("GET", "/lookup/v2/topic/persistent/{tenant}/{namespace}/{topic}", lookup, "Lookup"),
+        Route(
+            "GET",
+            "/lookup/v2/topic/{domain:persistent|non-persistent}/{tenant}/{namespace}/{topic}",
+            lookup,
+            "Lookup (persistent or non-persistent)",
+        ),
     ]
