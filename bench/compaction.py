@@ -52,7 +52,7 @@ from magnetar.meta import open_metadata_store
 from magnetar.protocols.pulsar._proto import pulsar_api_pb2 as pb
 from magnetar.protocols.pulsar.batch import BatchedMessage, build_batch
 from magnetar.protocols.pulsar.frames import pack_payload
-from magnetar.storage import StorageEngine
+from magnetar.storage import StorageEngine, StorageSettings
 
 TOPIC = "public/default/bench-compaction"
 MESSAGE_BYTES = 100
@@ -133,7 +133,7 @@ async def collect_rows(ledger: ManagedLedger) -> tuple[list[bytes], list[int]]:
 async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     settings = build_settings(env={}, overrides={"data_dir": workdir / "node", "fsync": "never"})
     meta = open_metadata_store(settings.metadata)
-    engine = await StorageEngine.open(settings, meta)
+    engine = await StorageEngine.open(StorageSettings.of(settings), meta)
     try:
         ledgers = LedgerFactory(engine)
         ledger = await ledgers.open(TOPIC)

@@ -67,7 +67,7 @@ from magnetar.meta import open_metadata_store
 from magnetar.protocols.pulsar._proto import pulsar_api_pb2 as pb
 from magnetar.protocols.pulsar.batch import BatchedMessage, build_batch
 from magnetar.protocols.pulsar.frames import pack_payload
-from magnetar.storage import SegmentState, StorageEngine
+from magnetar.storage import SegmentState, StorageEngine, StorageSettings
 from magnetar.testing.server import REPO, StandaloneProcess
 from magnetar.tier import LocalObjectStore, Tier
 
@@ -134,7 +134,7 @@ async def build(data_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
         },
     )
     meta = open_metadata_store(settings.metadata)
-    engine = await StorageEngine.open(settings, meta)
+    engine = await StorageEngine.open(StorageSettings.of(settings), meta)
     tier = Tier(LocalObjectStore(data_dir / "tier"), row_group_rows=args.row_group_rows)
     try:
         ledger = await ManagedLedger.open(LEDGER, engine, tier)

@@ -54,7 +54,7 @@ from bench.common import (
 )
 from magnetar.core.config import build_settings
 from magnetar.meta import open_metadata_store
-from magnetar.storage import StorageEngine
+from magnetar.storage import StorageEngine, StorageSettings
 from magnetar.storage.fileio import write_all
 from magnetar.storage.records import ENTRY_HEADER_SIZE, JOURNAL_PREFIX_SIZE
 
@@ -215,7 +215,7 @@ async def opened_engine(data_dir: Path) -> AsyncIterator[StorageEngine]:
     settings = build_settings(env={}, overrides={"data_dir": data_dir, "fsync": "always"})
     meta = open_metadata_store(settings.metadata)
     try:
-        engine = await StorageEngine.open(settings, meta)
+        engine = await StorageEngine.open(StorageSettings.of(settings), meta)
         try:
             yield engine
         finally:

@@ -70,7 +70,7 @@ from magnetar.meta import open_metadata_store
 from magnetar.protocols.pulsar._proto import pulsar_api_pb2 as pb
 from magnetar.protocols.pulsar.batch import BatchedMessage, build_batch
 from magnetar.protocols.pulsar.frames import pack_payload
-from magnetar.storage import SegmentState, StorageEngine
+from magnetar.storage import SegmentState, StorageEngine, StorageSettings
 from magnetar.testing.server import StandaloneProcess
 from magnetar.tier import LocalObjectStore, Tier
 
@@ -115,7 +115,7 @@ class Node:
     @classmethod
     async def open(cls, settings: Settings, row_group_rows: int) -> Node:
         meta = open_metadata_store(settings.metadata)
-        engine = await StorageEngine.open(settings, meta)
+        engine = await StorageEngine.open(StorageSettings.of(settings), meta)
         tier = Tier(LocalObjectStore(settings.data_dir / "tier"), row_group_rows=row_group_rows)
         return cls(settings, engine, tier, await ManagedLedger.open(TOPIC, engine, tier))
 

@@ -33,7 +33,7 @@ from magnetar.meta import open_metadata_store
 from magnetar.protocols.pulsar._proto import pulsar_api_pb2 as pb
 from magnetar.protocols.pulsar.batch import BatchedMessage, build_batch
 from magnetar.protocols.pulsar.frames import pack_payload
-from magnetar.storage import SegmentState, StorageEngine
+from magnetar.storage import SegmentState, StorageEngine, StorageSettings
 from magnetar.tier import IcebergTables, LocalObjectStore, Tier, ValueSchema
 
 TOPIC = "public/default/bench-iceberg"
@@ -144,7 +144,7 @@ async def run_iceberg(workdir: Path, messages: int, batch: int, segment_mb: int)
         },
     )
     meta = open_metadata_store(settings.metadata)
-    engine = await StorageEngine.open(settings, meta)
+    engine = await StorageEngine.open(StorageSettings.of(settings), meta)
     store = LocalObjectStore(settings.data_dir / "tier")
     tables = IcebergTables.open(store, "sqlite", f"sqlite:///{settings.data_dir / 'iceberg.db'}")
     tier = Tier(store, iceberg=tables)

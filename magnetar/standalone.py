@@ -51,7 +51,7 @@ from magnetar.protocols.kafka.metrics import kafka_metrics
 from magnetar.protocols.kafka.server import KafkaServer
 from magnetar.protocols.kafka.service import KafkaSettings
 from magnetar.protocols.pulsar.server import PulsarServer
-from magnetar.storage import StorageEngine
+from magnetar.storage import StorageEngine, StorageSettings
 from magnetar.tier import IcebergTables, Tier, open_object_store
 from magnetar.views.http import view_routes
 from magnetar.views.metrics import view_metrics
@@ -90,7 +90,7 @@ class Standalone:
             if replicated:
                 storage = await ReplicatedStorage.open(settings, meta)
             else:
-                storage = await StorageEngine.open(settings, meta)
+                storage = await StorageEngine.open(StorageSettings.of(settings), meta)
         except BaseException:
             await meta.aclose()
             raise

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from magnetar.core.config import Settings
 from magnetar.meta import MetadataStore
-from magnetar.storage import StorageEngine, catalog
+from magnetar.storage import StorageEngine, StorageSettings, catalog
 from magnetar.storage.errors import CorruptionError
 
 log = logging.getLogger(__name__)
@@ -59,7 +59,7 @@ async def open_engine(
     """Open the node's engine, setting aside each ledger whose damage stops its recovery."""
     for _ in range(MAX_SET_ASIDE):
         try:
-            return await StorageEngine.open(settings, meta)
+            return await StorageEngine.open(StorageSettings.of(settings), meta)
         except CorruptionError as e:
             ledger_id = await _set_aside(settings, meta, e)
             quarantine.add(ledger_id, str(e))

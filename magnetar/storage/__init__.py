@@ -6,6 +6,7 @@ brokers. It sits above ``magnetar.meta``, which holds its segment lists and chec
 """
 
 from magnetar.core.entries import Entry
+from magnetar.storage.config import StorageSettings
 from magnetar.storage.engine import EngineStats, StorageEngine
 from magnetar.storage.errors import (
     CorruptionError,
@@ -33,6 +34,7 @@ __all__ = [
     "SegmentState",
     "StorageEngine",
     "StorageError",
+    "StorageSettings",
     "TooManyOpenFilesError",
     "WriteFailedError",
 ]

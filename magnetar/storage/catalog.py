@@ -17,8 +17,8 @@ from pathlib import Path
 from urllib.parse import quote
 
 from magnetar.core.clock import Clock
-from magnetar.core.config import Settings
 from magnetar.meta import BadVersionError, MetadataStore, NodeExistsError
+from magnetar.storage.config import StorageSettings
 from magnetar.storage.fileio import fsync_dir
 from magnetar.storage.open_files import OpenFiles
 from magnetar.storage.partition import PartitionLog
@@ -47,7 +47,7 @@ def segment_path(info: SegmentInfo) -> str:
     return f"{segments_path(info.partition_id)}/{info.segment_id:020d}"
 
 
-def partition_dir(settings: Settings, partition_id: int) -> Path:
+def partition_dir(settings: StorageSettings, partition_id: int) -> Path:
     return settings.ledger_path / f"{partition_id:010d}"
 
 
@@ -66,7 +66,7 @@ async def next_id(meta: MetadataStore, kind: str) -> int:
 
 
 async def create_partition(
-    meta: MetadataStore, settings: Settings, name: str, cache: TailCache, files: OpenFiles
+    meta: MetadataStore, settings: StorageSettings, name: str, cache: TailCache, files: OpenFiles
 ) -> PartitionLog:
     """Register a partition and make its directory. Durable when this returns."""
     pid = await next_id(meta, "partition")
@@ -79,7 +79,7 @@ async def create_partition(
 
 
 async def load_partitions(
-    meta: MetadataStore, settings: Settings, budget: CacheBudget, files: OpenFiles
+    meta: MetadataStore, settings: StorageSettings, budget: CacheBudget, files: OpenFiles
 ) -> list[PartitionLog]:
     """Every registered partition with its segments (files not yet opened)."""
     parts = []
@@ -108,7 +108,7 @@ async def load_partitions(
 
 async def new_segment(
     meta: MetadataStore,
-    settings: Settings,
+    settings: StorageSettings,
     part: PartitionLog,
     clock: Clock,
     *,

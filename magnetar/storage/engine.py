@@ -27,12 +27,13 @@ from pathlib import Path
 from typing import Any
 
 from magnetar.core.clock import SYSTEM_CLOCK, Clock
-from magnetar.core.config import Settings, check_writable
+from magnetar.core.config import check_writable
 from magnetar.core.entries import Entry
 from magnetar.core.errors import ClosedError, MagnetarError
 from magnetar.core.metrics import SIZE_BOUNDS, Histogram
 from magnetar.meta import MetadataStore
 from magnetar.storage import catalog
+from magnetar.storage.config import StorageSettings
 from magnetar.storage.errors import (
     DiskFullError,
     PartitionNotFoundError,
@@ -119,7 +120,7 @@ class _Batch:
 class StorageEngine:
     """Partitions of entries, durable on acknowledgement. Create with :meth:`open`."""
 
-    def __init__(self, settings: Settings, meta: MetadataStore, clock: Clock) -> None:
+    def __init__(self, settings: StorageSettings, meta: MetadataStore, clock: Clock) -> None:
         self.settings = settings
         self.meta = meta
         self.clock = clock
@@ -141,7 +142,7 @@ class StorageEngine:
 
     @classmethod
     async def open(
-        cls, settings: Settings, meta: MetadataStore, *, clock: Clock = SYSTEM_CLOCK
+        cls, settings: StorageSettings, meta: MetadataStore, *, clock: Clock = SYSTEM_CLOCK
     ) -> StorageEngine:
         """Open (and recover) the engine. Everything acknowledged before a crash is readable
         when this returns; a torn, unacknowledged tail is cut; damage inside acknowledged

@@ -19,9 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from magnetar.core.clock import Clock
-from magnetar.core.config import Settings
 from magnetar.meta import MetadataStore
 from magnetar.storage import catalog
+from magnetar.storage.config import StorageSettings
 from magnetar.storage.errors import CorruptionError
 from magnetar.storage.fileio import writev_all
 from magnetar.storage.journal import (
@@ -51,7 +51,7 @@ class Recovered:
 
 
 async def recover(
-    settings: Settings,
+    settings: StorageSettings,
     meta: MetadataStore,
     clock: Clock,
     budget: CacheBudget,
@@ -99,7 +99,7 @@ async def recover(
 
 async def _open_last_segment(
     meta: MetadataStore,
-    settings: Settings,
+    settings: StorageSettings,
     part: PartitionLog,
     checkpoint: catalog.Checkpoint,
     clock: Clock,
@@ -147,7 +147,7 @@ async def _abandon_offloads(meta: MetadataStore, part: PartitionLog) -> None:
             await catalog.save_segment(meta, seg)
 
 
-def _apply(part: PartitionLog, record: JournalRecord, settings: Settings) -> bool:
+def _apply(part: PartitionLog, record: JournalRecord, settings: StorageSettings) -> bool:
     """Append ``record`` to its partition unless a segment already holds it."""
     entry = record.entry
     if entry.next_offset <= part.next_offset:

@@ -18,7 +18,7 @@ from magnetar.meta import MetadataStore, open_metadata_store
 from magnetar.protocols.pulsar._proto import pulsar_api_pb2 as pb
 from magnetar.protocols.pulsar.batch import BatchedMessage, build_batch
 from magnetar.protocols.pulsar.frames import pack_payload
-from magnetar.storage import SegmentInfo, SegmentState, StorageEngine
+from magnetar.storage import SegmentInfo, SegmentState, StorageEngine, StorageSettings
 from magnetar.tier import IcebergTables, ObjectStore, Tier, ValueSchema
 from tests.tier.rig import rig_settings
 
@@ -70,7 +70,7 @@ class IcebergRig:
     ) -> IcebergRig:
         settings = rig_settings(root / "data", **overrides)
         meta = open_metadata_store(settings.metadata)
-        engine = await StorageEngine.open(settings, meta)
+        engine = await StorageEngine.open(StorageSettings.of(settings), meta)
         tables = IcebergTables.open(store, "sqlite", f"sqlite:///{root / 'iceberg.db'}")
         tier = Tier(store, row_group_rows=4, iceberg=tables)
         ledger = await ManagedLedger.open(partition, engine, tier)

@@ -8,7 +8,7 @@ import pytest
 
 from magnetar.core.config import Settings, build_settings
 from magnetar.meta import open_metadata_store
-from magnetar.storage import StorageEngine
+from magnetar.storage import StorageEngine, StorageSettings
 
 OpenEngine = Callable[..., Awaitable[StorageEngine]]
 
@@ -26,7 +26,7 @@ async def open_engine(tmp_path: Path) -> AsyncIterator[OpenEngine]:
     async def _open(**overrides: Any) -> StorageEngine:
         s = build_settings(env={}, overrides={"data_dir": tmp_path / "data", **overrides})
         meta = open_metadata_store(s.metadata)
-        engine = await StorageEngine.open(s, meta)
+        engine = await StorageEngine.open(StorageSettings.of(s), meta)
         opened.append((engine, meta))
         return engine
 

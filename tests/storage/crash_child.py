@@ -35,7 +35,7 @@ from pathlib import Path
 
 from magnetar.core.config import Settings, build_settings
 from magnetar.meta import open_metadata_store
-from magnetar.storage import StorageEngine
+from magnetar.storage import StorageEngine, StorageSettings
 
 PARTITIONS = ("p0", "p1", "p2")
 TASKS = 6
@@ -158,7 +158,7 @@ async def run(data_dir: Path, side_path: Path, seed: int, round_no: int) -> None
     """Open the engine, say ready, append until killed. Never returns on its own."""
     settings = crash_settings(data_dir)
     meta = open_metadata_store(settings.metadata)
-    engine = await StorageEngine.open(settings, meta)
+    engine = await StorageEngine.open(StorageSettings.of(settings), meta)
     for name in PARTITIONS:
         await engine.create_partition(name)
     side = os.open(side_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)

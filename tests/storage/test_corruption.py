@@ -25,7 +25,14 @@ import pytest
 
 from magnetar.core.config import Settings, build_settings
 from magnetar.meta import open_metadata_store
-from magnetar.storage import CorruptionError, Entry, SegmentInfo, SegmentState, StorageEngine
+from magnetar.storage import (
+    CorruptionError,
+    Entry,
+    SegmentInfo,
+    SegmentState,
+    StorageEngine,
+    StorageSettings,
+)
 from magnetar.storage.catalog import partition_dir
 from magnetar.storage.journal import journal_file, list_journal_files
 from magnetar.storage.segment import segment_file
@@ -53,7 +60,7 @@ def settings_for(data_dir: Path, **overrides: object) -> Settings:
 async def opened(settings: Settings) -> AsyncIterator[StorageEngine]:
     meta = open_metadata_store(settings.metadata)
     try:
-        engine = await StorageEngine.open(settings, meta)
+        engine = await StorageEngine.open(StorageSettings.of(settings), meta)
         try:
             yield engine
         finally:
@@ -67,7 +74,7 @@ async def open_fails(settings: Settings) -> CorruptionError:
     meta = open_metadata_store(settings.metadata)
     try:
         with pytest.raises(CorruptionError) as caught:
-            engine = await StorageEngine.open(settings, meta)
+            engine = await StorageEngine.open(StorageSettings.of(settings), meta)
             await engine.aclose()
     finally:
         await meta.aclose()

@@ -32,7 +32,7 @@ import pytest
 
 from magnetar.core.errors import MagnetarError
 from magnetar.meta import open_metadata_store
-from magnetar.storage import SegmentState, StorageEngine, catalog
+from magnetar.storage import SegmentState, StorageEngine, StorageSettings, catalog
 from magnetar.storage.open_files import OpenFiles
 from magnetar.storage.tail_cache import CacheBudget
 from magnetar.testing.processes import PythonChild
@@ -138,7 +138,7 @@ async def _verify(
     settings = crash_settings(data_dir)
     meta = open_metadata_store(settings.metadata)
     try:
-        engine = await StorageEngine.open(settings, meta)
+        engine = await StorageEngine.open(StorageSettings.of(settings), meta)
         try:
             contents = {name: await _read_all(engine, name, context) for name in PARTITIONS}
         finally:

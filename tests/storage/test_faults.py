@@ -30,6 +30,7 @@ from magnetar.storage import (
     Entry,
     StorageEngine,
     StorageError,
+    StorageSettings,
     WriteFailedError,
 )
 from magnetar.storage.catalog import partition_dir
@@ -106,7 +107,7 @@ def settings_for(data_dir: Path, **overrides: object) -> Settings:
 async def opened(settings: Settings) -> AsyncIterator[StorageEngine]:
     meta = open_metadata_store(settings.metadata)
     try:
-        engine = await StorageEngine.open(settings, meta)
+        engine = await StorageEngine.open(StorageSettings.of(settings), meta)
         try:
             yield engine
         finally:
@@ -244,11 +245,17 @@ def _power_cut_copy(engine: StorageEngine, dst: Path) -> Settings:
     open segment files: nothing in them was fsynced, so a power cut may take all of it,
     and recovery has only the journal to rebuild them from."""
     assert engine.stats.checkpoints == 0 and engine.stats.rolls == 0, engine.stats
-    shutil.copytree(engine.settings.data_dir, dst, ignore=shutil.ignore_patterns("*-shm"))
+    data_dir = engine.settings.journal_path.parent  # journal, ledgers and metadata.db sit in it
+    shutil.copytree(data_dir, dst, ignore=shutil.ignore_patterns("*-shm"))
     crashed = settings_for(dst)
     for name in engine.partitions():
         info = engine.segments(name)[-1]
-        os.truncate(segment_file(partition_dir(crashed, info.partition_id), info.segment_id), 0)
+        os.truncate(
+            segment_file(
+                partition_dir(StorageSettings.of(crashed), info.partition_id), info.segment_id
+            ),
+            0,
+        )
     return crashed
 
 
@@ -365,7 +372,7 @@ async def test_unwritable_directory_is_refused_at_open(
     meta = open_metadata_store(settings.metadata)
     try:
         with pytest.raises(ConfigError) as caught:
-            engine = await StorageEngine.open(settings, meta)
+            engine = await StorageEngine.open(StorageSettings.of(settings), meta)
             await engine.aclose()
     finally:
         await meta.aclose()
@@ -450,7 +457,9 @@ async def test_journal_and_ledgers_on_separate_directories(tmp_path: Path) -> No
     # Lose every unsynced byte of the open segments: replay must refill them from the
     # journal on its own directory.
     for info in open_segments:
-        path = segment_file(partition_dir(crashed, info.partition_id), info.segment_id)
+        path = segment_file(
+            partition_dir(StorageSettings.of(crashed), info.partition_id), info.segment_id
+        )
         assert path.stat().st_size > 0
         path.write_bytes(b"")
     async with opened(crashed) as engine:

@@ -15,7 +15,7 @@ from magnetar.meta import MetadataStore, open_metadata_store
 from magnetar.protocols.pulsar._proto import pulsar_api_pb2 as pb
 from magnetar.protocols.pulsar.batch import BatchedMessage, build_batch
 from magnetar.protocols.pulsar.frames import pack_payload
-from magnetar.storage import Entry, SegmentInfo, SegmentState, StorageEngine
+from magnetar.storage import Entry, SegmentInfo, SegmentState, StorageEngine, StorageSettings
 from magnetar.tier import ObjectStore, Tier
 
 PARTITION = "public/default/tiered"
@@ -35,7 +35,7 @@ class Rig:
     @classmethod
     async def open(cls, settings: Settings, store: ObjectStore, row_group_rows: int) -> Rig:
         meta = open_metadata_store(settings.metadata)
-        engine = await StorageEngine.open(settings, meta)
+        engine = await StorageEngine.open(StorageSettings.of(settings), meta)
         tier = Tier(store, row_group_rows=row_group_rows)
         ledger = await ManagedLedger.open(PARTITION, engine, tier)
         return cls(settings, meta, engine, tier, ledger)
