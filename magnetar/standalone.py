@@ -50,6 +50,7 @@ from magnetar.protocols.kafka.groups import offsets_here
 from magnetar.protocols.kafka.metrics import kafka_metrics
 from magnetar.protocols.kafka.server import KafkaServer
 from magnetar.protocols.kafka.service import KafkaSettings
+from magnetar.protocols.kafka.txn_apis import markers_here
 from magnetar.protocols.pulsar.server import PulsarServer
 from magnetar.storage import StorageEngine, StorageSettings
 from magnetar.tier import IcebergTables, Tier, open_object_store
@@ -335,7 +336,30 @@ def _kafka_offset_routes(kafka: KafkaServer) -> list[Route]:
         body = _offsets_request(await bodies.json_body(request))
         return ok(await offsets_here(kafka.service, body))
 
-    return [Route("POST", "/magnetar/v1/kafka/offsets", offsets, "Group offsets (brokers)")]
+    async def markers(request: web.Request) -> web.Response:
+        body = _markers_request(await bodies.json_body(request))
+        return ok(await markers_here(kafka.service, body))
+
+    return [
+        Route("POST", "/magnetar/v1/kafka/offsets", offsets, "Group offsets (brokers)"),
+        Route("POST", "/magnetar/v1/kafka/txn-markers", markers, "Transaction markers (brokers)"),
+    ]
+
+
+def _markers_request(body: object) -> dict[str, object]:
+    """The body a transaction coordinator sends (txn_apis ``write_marker``), checked."""
+    request = bodies.obj(body, "a transaction marker request")
+    return {
+        "topic": bodies.text(request.get("topic"), "topic", max_chars=1024),
+        "partition": bodies.integer(
+            request.get("partition"), "partition", minimum=0, maximum=bodies.JAVA_INT
+        ),
+        "producerId": bodies.integer(
+            request.get("producerId"), "producerId", minimum=0, maximum=2**63 - 1
+        ),
+        "epoch": bodies.integer(request.get("epoch"), "epoch", minimum=0, maximum=2**15 - 1),
+        "commit": bodies.boolean(request.get("commit"), "commit"),
+    }
 
 
 def _offsets_request(body: object) -> dict[str, object]:

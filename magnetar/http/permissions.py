@@ -185,7 +185,7 @@ async def _check(auth: Authorizer, role: str, method: str, parts: list[str]) -> 
     elif head == ["admin", "v2", "schemas"] and len(parts) > 6:
         await auth.require(role, _topic(parts[4:7]), "produce" if method == "POST" else "consume")
         return
-    elif parts[1:5] == ["lookup", "v2", "topic", "persistent"] and len(parts) > 7:
+    elif parts[1:4] == ["lookup", "v2", "topic"] and len(parts) > 7:  # either domain
         await auth.require(role, _topic(parts[5:8]), "lookup")
         return
     elif parts[1:4] == ["magnetar", "v1", "topics"] and len(parts) > 7:

@@ -57,6 +57,7 @@ ENDPOINTS: list[tuple[str, str]] = [
     ("PUT", "/views/fresh_view"),
     ("POST", "/views/fresh_view/as-of"),
     ("POST", "/magnetar/v1/kafka/offsets"),
+    ("POST", "/magnetar/v1/kafka/txn-markers"),
 ]
 
 # (raw body, status, what the reason must say): refused the same way by every endpoint
@@ -159,6 +160,8 @@ WRONG: list[tuple[str, str, Any, int, str]] = [
     ("POST", "/magnetar/v1/kafka/offsets", None, 400, "an offsets request must be"),
     ("POST", "/magnetar/v1/kafka/offsets", {"op": "drop"}, 400, "unknown op 'drop'"),
     ("POST", "/magnetar/v1/kafka/offsets", {"op": "fetch"}, 400, "group must be text"),
+    ("POST", "/magnetar/v1/kafka/txn-markers", [], 400, "a transaction marker request"),
+    ("POST", "/magnetar/v1/kafka/txn-markers", {"topic": "t", "partition": -1}, 400, "partition"),
 ]
 
 

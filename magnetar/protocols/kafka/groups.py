@@ -49,7 +49,7 @@ async def find_coordinator(svc: Service, session: Session, req: Request) -> Resp
         port = session.listener_port(s)
         return {"error_code": 0, "node_id": s.node_id, "host": s.advertised_host, "port": port}
     try:
-        owner, _ = await ownership.lookup(_group_topic(svc, req.body.key))
+        owner, _ = await ownership.lookup(coordinator_name(svc, req.body.key))
     except MagnetarError:
         return {"error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE, "node_id": -1, "host": "",
                 "port": -1}  # fmt: skip
@@ -57,8 +57,9 @@ async def find_coordinator(svc: Service, session: Session, req: Request) -> Resp
     return {"error_code": 0, "node_id": owner.kafka_node, "host": host, "port": port}
 
 
-def _group_topic(svc: Service, group: str) -> TopicName:
-    """The name whose bundle's owner coordinates ``group`` (several brokers)."""
+def coordinator_name(svc: Service, group: str) -> TopicName:
+    """The name whose bundle's owner coordinates ``group`` or a transactional id (key types
+    0 and 1 of FindCoordinator; several brokers)."""
     digest = hashlib.sha1(group.encode()).hexdigest()[:20]
     return svc.topics.name(f"__group-{digest}")
 
@@ -69,7 +70,7 @@ async def not_coordinator(svc: Service, group: str) -> bool:
     if ownership is None:
         return False
     try:
-        await ownership.check(_group_topic(svc, group))
+        await ownership.check(coordinator_name(svc, group))
     except MagnetarError:
         return True
     return False

@@ -53,7 +53,9 @@ async def produce(svc: Service, session: Session, req: Request) -> dict[str, Any
     jobs = []
     for t in b.topic_data:
         for p in t.partition_data:
-            jobs.append(_produce_partition(svc, session, t.name, p.index, p.records))
+            jobs.append(
+                _produce_partition(svc, session, t.name, p.index, p.records, b.transactional_id)
+            )
     # gather starts the partitions in request order, so appends queue in arrival order.
     results: list[Stored] = await asyncio.gather(*jobs)
     if b.acks == 0:
@@ -79,7 +81,12 @@ async def produce(svc: Service, session: Session, req: Request) -> dict[str, Any
 
 
 async def _produce_partition(
-    svc: Service, session: Session, topic_name: str, index: int, data: bytes | None
+    svc: Service,
+    session: Session,
+    topic_name: str,
+    index: int,
+    data: bytes | None,
+    transactional_id: str | None = None,
 ) -> Stored:
     """Admit and store the batches of one partition of a Produce request.
 
@@ -93,7 +100,7 @@ async def _produce_partition(
     try:
         batches = _batches(data, svc.settings.max_message_size + records.BATCH_PADDING)
         for _, header in batches:
-            _check_transaction(svc, header, topic_name, index)
+            await _check_transaction(svc, header, transactional_id, topic_name, index)
         async with session.turn(topic_name, index):
             topic = svc.topics.cached(topic_name, index)
             if topic is None:
@@ -116,13 +123,15 @@ async def _produce_partition(
         return Stored(ErrorCode.UNKNOWN_SERVER_ERROR)
 
 
-def _check_transaction(svc: Service, header: records.BatchHeader, topic: str, index: int) -> None:
+async def _check_transaction(
+    svc: Service, header: records.BatchHeader, tid: str | None, topic: str, index: int
+) -> None:
     """A transactional batch is taken only inside its producer's open transaction, after
     AddPartitionsToTxn named this partition (INVALID_TXN_STATE otherwise)."""
     if not header.transactional:
         return
-    if not txn_apis.coordinator(svc).accepts(
-        header.producer_id, header.producer_epoch, topic, index
+    if not await txn_apis.coordinator(svc).accepts(
+        tid, header.producer_id, header.producer_epoch, topic, index
     ):
         raise RefusedError(
             ErrorCode.INVALID_TXN_STATE,

@@ -14,6 +14,19 @@ transaction in PREPARE_* when the server stopped has its markers written again (
 written twice is harmless: readers act on the first). One left ONGOING past its timeout is
 aborted, and the producer's epoch bumped so the abandoned producer is fenced.
 
+Offsets staged by TxnOffsetCommit live beside it (``/kafka/txn-offsets/<id>/<group>``),
+tagged with the transaction's number: the group coordinator writes them, which on several
+brokers need not be the transaction coordinator, and a commit applies only its own.
+
+On several brokers (``owns`` given) each transactional id is coordinated by the broker
+owning the bundle of its coordinator name (``groups.find_coordinator``). The stored node is
+then the truth: it is read again before each change and written by compare-and-set on its
+version, so a broker that lost the id (its session ended, the bundle moved) fails its write
+with NOT_COORDINATOR instead of overwriting the new coordinator's state. A sweep loads the
+ids a broker has come to coordinate, finishing their PREPARE_* transactions and arming the
+timeouts of ONGOING ones, so nothing waits for its producer to come back. Partition owners
+check a transactional batch against the stored node (KIP-890's verification).
+
 Lifecycle: EMPTY → ONGOING (a partition or group added) → PREPARE_COMMIT / PREPARE_ABORT
 (EndTxn, or the timeout: markers being written) → COMPLETE_COMMIT / COMPLETE_ABORT → ONGOING
 again with the next transaction.
@@ -22,6 +35,7 @@ again with the next transaction.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import json
 import logging
@@ -29,12 +43,15 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
+from urllib.parse import quote, unquote
 
-from magnetar.meta import MetadataStore
+from magnetar.meta import BadVersionError, MetadataStore, NodeExistsError, NotFoundError
 from magnetar.protocols.kafka.errors import ErrorCode, RefusedError
 
 log = logging.getLogger(__name__)
 ROOT = "/kafka/transactions"
+STAGED_ROOT = "/kafka/txn-offsets"
+SWEEP_S = 2.0  # how often a broker of several looks for ids it has come to coordinate
 MAX_TIMEOUT_MS = 15 * 60_000  # Kafka's transaction.max.timeout.ms
 TopicPartition = tuple[str, int]
 # (topic, partition, offset, metadata, leader epoch)
@@ -43,6 +60,10 @@ Offsets = list[tuple[str, int, int, str | None, int]]
 MarkerWriter = Callable[[str, int, int, int, bool], Awaitable[None]]
 # commits a group's offsets: (group, offsets)
 OffsetWriter = Callable[[str, Offsets], Awaitable[None]]
+# whether this broker coordinates a transactional id (several brokers); with take=True it
+# becomes its coordinator if no live broker is
+Owns = Callable[[str, bool], Awaitable[bool]]
+ACTIVE = frozenset({"Ongoing", "PrepareCommit", "PrepareAbort"})
 
 
 class TxnState(enum.StrEnum):
@@ -67,8 +88,8 @@ class Txn:
     state: TxnState = TxnState.EMPTY
     partitions: list[TopicPartition] = field(default_factory=list)
     groups: list[str] = field(default_factory=list)
-    offsets: dict[str, Offsets] = field(default_factory=dict)  # staged, by group
     started_ms: int = 0
+    number: int = 0  # transactions begun under this id; tags the offsets staged for one
 
     def to_bytes(self) -> bytes:
         return json.dumps(asdict(self), sort_keys=True).encode()
@@ -76,14 +97,30 @@ class Txn:
     @classmethod
     def from_bytes(cls, data: bytes) -> Txn:
         raw = json.loads(data)
+        raw.pop("offsets", None)  # staged in the node itself before 2026-11: not kept
         raw["state"] = TxnState(raw["state"])
         raw["partitions"] = [tuple(p) for p in raw["partitions"]]
-        raw["offsets"] = {g: [tuple(o) for o in offs] for g, offs in raw["offsets"].items()}
         return cls(**raw)
 
 
+def txn_path(tid: str) -> str:
+    return f"{ROOT}/{quote(tid, safe='')}"
+
+
+def staged_path(tid: str, group: str) -> str:
+    return f"{STAGED_ROOT}/{quote(tid, safe='')}/{quote(group, safe='')}"
+
+
+def _moved(tid: str) -> TxnError:
+    return TxnError(
+        ErrorCode.NOT_COORDINATOR,
+        f"transactional id {tid!r} is coordinated by another broker now: find it again",
+    )
+
+
 class TransactionCoordinator:
-    """Every transactional id this node coordinates (this node coordinates them all)."""
+    """The transactional ids this node coordinates: all of them on one node, those whose
+    coordinator name's bundle it owns (``owns``) on several brokers."""
 
     def __init__(
         self,
@@ -91,33 +128,111 @@ class TransactionCoordinator:
         new_producer_id: Callable[[], Awaitable[int]],
         write_marker: MarkerWriter,
         commit_offsets: OffsetWriter,
+        owns: Owns | None = None,
     ) -> None:
         self.meta = meta
         self._new_producer_id = new_producer_id
         self._write_marker = write_marker
         self._commit_offsets = commit_offsets
+        self._owns = owns
         self.txns: dict[str, Txn] = {}
+        self._versions: dict[str, int] = {}  # the stored node's version each txn was read at
         self._locks: dict[str, asyncio.Lock] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._verified: set[tuple[int, int, str, int]] = set()  # (pid, epoch, topic, index)
+
+    @property
+    def shared(self) -> bool:
+        """True on several brokers: the stored node, not memory, is the truth."""
+        return self._owns is not None
 
     async def start(self) -> None:
-        """Load every stored transaction; finish those caught mid-way; arm the timeouts."""
-        for tid in await self.meta.list_children(ROOT):
-            node = await self.meta.get(f"{ROOT}/{tid}")
-            if node is None:
+        """Load every stored transaction this node coordinates; finish those caught mid-way;
+        arm the timeouts. On several brokers, keep doing so as ids come and go."""
+        if self.shared:
+            self._spawn(self._sweep_loop())
+            return
+        for tid in await self._stored_ids():
+            await self._adopt(tid)
+
+    async def _stored_ids(self) -> list[str]:
+        return [unquote(name) for name in await self.meta.list_children(ROOT)]
+
+    async def _adopt(self, tid: str) -> None:
+        """Take up a stored transaction: finish it if it was ending, time it if open."""
+        txn = await self._load(tid)
+        if txn is None:
+            return
+        if txn.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+            self._spawn(self._finish_locked(txn))
+        elif txn.state is TxnState.ONGOING:
+            self._arm(txn)
+
+    async def _sweep_loop(self) -> None:
+        while True:
+            try:
+                await self.sweep()
+            except Exception:
+                log.exception("looking for transactional ids to coordinate failed; retrying")
+            await asyncio.sleep(SWEEP_S)
+
+    async def sweep(self) -> None:
+        """Forget the ids this broker no longer coordinates; adopt each open or ending
+        transaction that no live broker coordinates (taking its coordinator name's bundle),
+        so it is finished or timed out even if its producer never comes back."""
+        assert self._owns is not None
+        for tid in await self._stored_ids():
+            if tid in self.txns:
+                if not await self._owns(tid, False):
+                    self._forget(tid)
                 continue
-            txn = self.txns[tid] = Txn.from_bytes(node.value)
-            if txn.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
-                self._spawn(self._finish_locked(txn))
-            elif txn.state is TxnState.ONGOING:
-                self._arm(txn)
+            node = await self.meta.get(txn_path(tid))
+            if node is None or Txn.from_bytes(node.value).state.value not in ACTIVE:
+                continue
+            if await self._owns(tid, True):
+                async with self._lock(tid):
+                    await self._adopt(tid)
+
+    def _forget(self, tid: str) -> None:
+        self.txns.pop(tid, None)
+        self._versions.pop(tid, None)
+        timer = self._timers.pop(tid, None)
+        if timer is not None:
+            timer.cancel()
 
     def _lock(self, tid: str) -> asyncio.Lock:
         return self._locks.setdefault(tid, asyncio.Lock())
 
+    async def _load(self, tid: str) -> Txn | None:
+        """The stored state of ``tid`` (None if there is none), now this node's copy."""
+        node = await self.meta.get(txn_path(tid))
+        if node is None:
+            self._forget(tid)
+            return None
+        txn = self.txns[tid] = Txn.from_bytes(node.value)
+        self._versions[tid] = node.stat.version
+        return txn
+
+    async def _fresh(self, tid: str) -> Txn | None:
+        """This node's copy of ``tid``; on several brokers read again from the store first."""
+        if self.shared:
+            return await self._load(tid)
+        return self.txns.get(tid)
+
     async def _save(self, txn: Txn) -> None:
-        await self.meta.put(f"{ROOT}/{txn.transactional_id}", txn.to_bytes())
+        tid = txn.transactional_id
+        if not self.shared:
+            await self.meta.put(txn_path(tid), txn.to_bytes())
+            return
+        try:
+            stat = await self.meta.put(
+                txn_path(tid), txn.to_bytes(), expected_version=self._versions.get(tid, -1)
+            )
+        except (BadVersionError, NodeExistsError, NotFoundError):
+            self._forget(tid)  # another broker wrote it: it coordinates this id now
+            raise _moved(tid) from None
+        self._versions[tid] = stat.version
 
     # -- InitProducerId ---------------------------------------------------------------------
 
@@ -130,7 +245,7 @@ class TransactionCoordinator:
                 f"transaction.timeout.ms {timeout_ms} is outside 1..{MAX_TIMEOUT_MS}",
             )
         async with self._lock(tid):
-            txn = self.txns.get(tid)
+            txn = await self._fresh(tid)
             if txn is None:
                 txn = Txn(tid, await self._new_producer_id(), 0, timeout_ms)
             else:
@@ -152,7 +267,7 @@ class TransactionCoordinator:
         self, tid: str, producer_id: int, epoch: int, partitions: list[TopicPartition]
     ) -> None:
         async with self._lock(tid):
-            txn = self._current(tid, producer_id, epoch)
+            txn = self._current(tid, await self._fresh(tid), producer_id, epoch)
             new = [p for p in partitions if p not in txn.partitions]
             if not new and txn.state is TxnState.ONGOING:
                 return
@@ -162,7 +277,7 @@ class TransactionCoordinator:
 
     async def add_offsets(self, tid: str, producer_id: int, epoch: int, group: str) -> None:
         async with self._lock(tid):
-            txn = self._current(tid, producer_id, epoch)
+            txn = self._current(tid, await self._fresh(tid), producer_id, epoch)
             self._begin(txn)
             if group not in txn.groups:
                 txn.groups.append(group)
@@ -171,22 +286,35 @@ class TransactionCoordinator:
     async def stage_offsets(
         self, tid: str, producer_id: int, epoch: int, group: str, offsets: Offsets
     ) -> None:
-        """TxnOffsetCommit: offsets committed if and when the transaction commits."""
-        async with self._lock(tid):
-            txn = self._current(tid, producer_id, epoch)
-            if txn.state is not TxnState.ONGOING or group not in txn.groups:
-                raise TxnError(
-                    ErrorCode.INVALID_TXN_STATE,
-                    f"group {group!r} was not added to the transaction (AddOffsetsToTxn)",
-                )
-            staged = {(o[0], o[1]): o for o in txn.offsets.get(group, [])}
+        """TxnOffsetCommit, at the group's coordinator: offsets committed if and when the
+        transaction commits. The transaction is read from the store (its coordinator may be
+        another broker); the offsets are kept beside it under its number."""
+        node = await self.meta.get(txn_path(tid))
+        txn = self._current(tid, Txn.from_bytes(node.value) if node else None, producer_id, epoch)
+        if txn.state is not TxnState.ONGOING or group not in txn.groups:
+            raise TxnError(
+                ErrorCode.INVALID_TXN_STATE,
+                f"group {group!r} was not added to the transaction (AddOffsetsToTxn)",
+            )
+        async with self._lock(f"{tid}\0{group}"):
+            staged = {(o[0], o[1]): o for o in await self._staged(tid, group, txn)}
             staged.update({(o[0], o[1]): o for o in offsets})
-            txn.offsets[group] = list(staged.values())
-            await self._save(txn)
+            body = {"producerId": producer_id, "number": txn.number,
+                    "offsets": list(staged.values())}  # fmt: skip
+            await self.meta.put(staged_path(tid, group), json.dumps(body).encode())
 
-    def _current(self, tid: str, producer_id: int, epoch: int) -> Txn:
-        """The transaction ``tid`` if (producer id, epoch) are its current ones."""
-        txn = self.txns.get(tid)
+    async def _staged(self, tid: str, group: str, txn: Txn) -> Offsets:
+        """The offsets staged for ``group`` by the transaction ``txn`` (none of another)."""
+        node = await self.meta.get(staged_path(tid, group))
+        if node is None:
+            return []
+        body = json.loads(node.value)
+        if body["producerId"] != txn.producer_id or body["number"] != txn.number:
+            return []  # left by an earlier transaction that never finished
+        return [tuple(o) for o in body["offsets"]]
+
+    def _current(self, tid: str, txn: Txn | None, producer_id: int, epoch: int) -> Txn:
+        """``txn`` (the state of ``tid``) if (producer id, epoch) are its current ones."""
         if txn is None or txn.producer_id != producer_id:
             raise TxnError(
                 ErrorCode.INVALID_PRODUCER_ID_MAPPING,
@@ -204,7 +332,8 @@ class TransactionCoordinator:
     def _begin(self, txn: Txn) -> None:
         if txn.state is not TxnState.ONGOING:
             txn.state, txn.started_ms = TxnState.ONGOING, int(time.time() * 1000)
-            txn.partitions, txn.groups, txn.offsets = [], [], {}
+            txn.partitions, txn.groups = [], []
+            txn.number += 1
             self._arm(txn)
 
     # -- ending ------------------------------------------------------------------------
@@ -212,11 +341,15 @@ class TransactionCoordinator:
     async def end(self, tid: str, producer_id: int, epoch: int, commit: bool) -> None:
         """EndTxn: durable (markers written, offsets committed) when this returns."""
         async with self._lock(tid):
-            txn = self.txns.get(tid)
+            txn = await self._fresh(tid)
             done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
+            ending = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
             if txn is not None and txn.producer_id == producer_id and txn.epoch == epoch:
                 if txn.state is done:
                     return  # a retry of the EndTxn that ended it
+                if txn.state is ending:  # a retry after markers failed, or a new coordinator
+                    await self._finish(txn)
+                    return
                 if txn.state in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT,
                                  TxnState.COMPLETE_ABORT):  # fmt: skip
                     if not commit and txn.state is TxnState.EMPTY:
@@ -224,7 +357,7 @@ class TransactionCoordinator:
                     raise TxnError(
                         ErrorCode.INVALID_TXN_STATE, f"no transaction is open ({txn.state})"
                     )
-            txn = self._current(tid, producer_id, epoch)
+            txn = self._current(tid, txn, producer_id, epoch)
             await self._end(txn, commit)
 
     async def _end(self, txn: Txn, commit: bool) -> None:
@@ -245,15 +378,21 @@ class TransactionCoordinator:
                 for topic, index in txn.partitions
             )
         )
-        if commit:
-            for group, offsets in txn.offsets.items():
+        tid = txn.transactional_id
+        for group in txn.groups:
+            if commit and (offsets := await self._staged(tid, group, txn)):
                 await self._commit_offsets(group, offsets)
+            with contextlib.suppress(NotFoundError):
+                await self.meta.delete(staged_path(tid, group))
         txn.state = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
-        txn.partitions, txn.groups, txn.offsets = [], [], {}
+        txn.partitions, txn.groups = [], []
         await self._save(txn)
 
     async def _finish_locked(self, txn: Txn) -> None:
-        async with self._lock(txn.transactional_id):
+        tid = txn.transactional_id
+        async with self._lock(tid):
+            if self.shared:
+                txn = await self._load(tid) or txn
             if txn.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
                 await self._finish(txn)
 
@@ -271,8 +410,11 @@ class TransactionCoordinator:
     async def _expire(self, tid: str) -> None:
         """A transaction left open past its timeout is aborted and its producer fenced."""
         async with self._lock(tid):
-            txn = self.txns.get(tid)
+            txn = await self._fresh(tid) if tid in self.txns else None
             if txn is None or txn.state is not TxnState.ONGOING:
+                return
+            if txn.started_ms + txn.timeout_ms > time.time() * 1000:
+                self._arm(txn)  # another transaction began since this timer was set
                 return
             log.warning("transaction %r (producer %d) timed out: aborted", tid, txn.producer_id)
             self._timers.pop(tid, None)
@@ -292,17 +434,39 @@ class TransactionCoordinator:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def accepts(self, producer_id: int, epoch: int, topic: str, index: int) -> bool:
+    async def accepts(
+        self, tid: str | None, producer_id: int, epoch: int, topic: str, index: int
+    ) -> bool:
         """Whether a transactional batch of (producer id, epoch) may be written to the
         partition: its transaction is open and added the partition (KIP-890's check, so a
-        fenced or confused producer cannot open a transaction no marker will ever close)."""
-        return any(
-            t.producer_id == producer_id
-            and t.epoch == epoch
-            and t.state is TxnState.ONGOING
-            and (topic, index) in t.partitions
-            for t in self.txns.values()
-        )
+        fenced or confused producer cannot open a transaction no marker will ever close).
+        On several brokers the partition's owner asks the store (the coordinator may be
+        another broker); a yes holds until a marker of the producer reaches the partition."""
+
+        def fits(t: Txn) -> bool:
+            return (
+                t.producer_id == producer_id
+                and t.epoch == epoch
+                and t.state is TxnState.ONGOING
+                and (topic, index) in t.partitions
+            )
+
+        if not self.shared:
+            return any(fits(t) for t in self.txns.values())
+        key = (producer_id, epoch, topic, index)
+        if key in self._verified:
+            return True
+        node = await self.meta.get(txn_path(tid)) if tid else None
+        if node is None or not fits(Txn.from_bytes(node.value)):
+            return False
+        self._verified.add(key)
+        return True
+
+    def marker_written(self, producer_id: int, topic: str, index: int) -> None:
+        """A marker of ``producer_id`` reached the partition: its next batch is verified."""
+        self._verified = {
+            k for k in self._verified if not (k[0] == producer_id and k[2:] == (topic, index))
+        }
 
     def describe(self) -> list[dict[str, Any]]:
         return [{"transactionalId": t.transactional_id, "producerId": t.producer_id,
