@@ -140,7 +140,7 @@ def test_requests_decode_and_responses_encode() -> None:
 
 
 def test_unsupported_and_malformed_requests() -> None:
-    produce = ProduceRequest[8](transactional_id=None, acks=-1, timeout_ms=5, topic_data=[])
+    produce = ProduceRequest[10](transactional_id=None, acks=-1, timeout_ms=5, topic_data=[])
     produce.with_header(correlation_id=1, client_id="p")
     with pytest.raises(UnsupportedVersionError):
         wire.decode_request(bytes(produce.encode(header=True)))

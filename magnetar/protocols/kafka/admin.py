@@ -139,7 +139,18 @@ async def create_topics(svc: Service, session: Session, req: Request) -> Respons
                 svc, t.name, t.num_partitions, t.replication_factor, req.body.validate_only,
                 policies,
             )  # fmt: skip
-        results.append({"name": t.name, "error_code": error, "error_message": message})
+        result = {"name": t.name, "error_code": error, "error_message": message}
+        if req.api_version >= 5:  # what was created (v5+), its id (v7+)
+            made = error == ErrorCode.NONE
+            count = t.num_partitions if t.num_partitions > 0 else None
+            if made and count is None:  # the broker's default: how many it made
+                count = await svc.topics.partition_count(t.name)
+            result["num_partitions"] = count if made and count else -1
+            result["replication_factor"] = 1 if made else -1
+            result["configs"] = None  # not returned: DescribeConfigs has them
+            if req.api_version >= 7:
+                result["topic_id"] = svc.topics.topic_id(t.name) if made else _NO_TOPIC_ID
+        results.append(result)
     return {"throttle_time_ms": 0, "topics": results}
 
 
@@ -240,14 +251,28 @@ async def _create_topic(
 
 
 async def delete_topics(svc: Service, session: Session, req: Request) -> Response:
+    """Delete topics named (v0-5) or named or identified (v6+: KIP-516 topic ids)."""
+    b = req.body
+    if req.api_version < 6:
+        wanted: list[tuple[str | None, uuid.UUID | None]] = [(n, None) for n in b.topic_names]
+    else:
+        wanted = [(t.name, t.topic_id) for t in b.topics]
     results = []
-    for name in req.body.topic_names:
-        error = ErrorCode.NONE
-        try:
-            await svc.topics.delete(name)
-        except MagnetarError as e:
-            error = error_code_of(e)
-        results.append({"name": name, "error_code": error})
+    for name, topic_id in wanted:
+        error, message = ErrorCode.NONE, None
+        if name is None and topic_id is not None:
+            name = await svc.topics.by_id(topic_id)
+            if name is None:
+                error, message = ErrorCode.UNKNOWN_TOPIC_ID, f"no topic has id {topic_id}"
+        if name is not None:
+            try:
+                await svc.topics.delete(name)
+            except MagnetarError as e:
+                error, message = error_code_of(e), str(e)
+        result: Response = {"name": name, "error_code": error, "error_message": message}
+        if req.api_version >= 6:
+            result["topic_id"] = svc.topics.topic_id(name) if name else _NO_TOPIC_ID
+        results.append(result)
     return {"throttle_time_ms": 0, "responses": results}
 
 

@@ -34,12 +34,26 @@ Response = dict[str, Any]
 
 
 async def find_coordinator(svc: Service, session: Session, req: Request) -> Response:
-    """This node coordinates every group and every transactional id (key type 1)."""
+    """The broker coordinating a group (key type 0) or a transactional id (1): this node on
+    its own, else the owner of the key's coordinator name (``coordinator_name``). From v4
+    (KIP-699) a request names several keys and gets one answer each."""
+    b = req.body
+    key_type = b.key_type if req.api_version >= 1 else 0
+    if req.api_version < 4:
+        return await _coordinator_of(svc, session, b.key, key_type)
+    answers = [
+        {"key": key, **await _coordinator_of(svc, session, key, key_type)}
+        for key in b.coordinator_keys or []
+    ]
+    return {"throttle_time_ms": 0, "coordinators": answers}
+
+
+async def _coordinator_of(svc: Service, session: Session, key: str, key_type: int) -> Response:
     s = svc.settings
-    if req.api_version >= 1 and req.body.key_type not in (0, 1):
+    if key_type not in (0, 1):
         return {
             "error_code": ErrorCode.INVALID_REQUEST,
-            "error_message": f"unknown coordinator key type {req.body.key_type}",
+            "error_message": f"unknown coordinator key type {key_type}",
             "node_id": -1,
             "host": "",
             "port": -1,
@@ -47,14 +61,16 @@ async def find_coordinator(svc: Service, session: Session, req: Request) -> Resp
     ownership = svc.broker.ownership
     if ownership is None:
         port = session.listener_port(s)
-        return {"error_code": 0, "node_id": s.node_id, "host": s.advertised_host, "port": port}
+        return {"error_code": 0, "error_message": None, "node_id": s.node_id,
+                "host": s.advertised_host, "port": port}  # fmt: skip
     try:
-        owner, _ = await ownership.lookup(coordinator_name(svc, req.body.key))
-    except MagnetarError:
-        return {"error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE, "node_id": -1, "host": "",
-                "port": -1}  # fmt: skip
+        owner, _ = await ownership.lookup(coordinator_name(svc, key))
+    except MagnetarError as e:
+        return {"error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE, "error_message": str(e),
+                "node_id": -1, "host": "", "port": -1}  # fmt: skip
     host, port = session.broker_address(owner.kafka, owner.kafka_tls)
-    return {"error_code": 0, "node_id": owner.kafka_node, "host": host, "port": port}
+    return {"error_code": 0, "error_message": None, "node_id": owner.kafka_node, "host": host,
+            "port": port}  # fmt: skip
 
 
 def coordinator_name(svc: Service, group: str) -> TopicName:
@@ -317,17 +333,33 @@ async def commit_offset(
 
 
 async def offset_fetch(svc: Service, session: Session, req: Request) -> Response:
+    """A group's committed offsets; from v8 (KIP-709) several groups in one request."""
     b = req.body
-    wanted = b.topics
+    if req.api_version < 8:
+        return {"topics": await _group_offsets(svc, b.group_id, b.topics), "error_code": 0}
+    groups = [
+        {
+            "group_id": g.group_id,
+            "topics": await _group_offsets(svc, g.group_id, g.topics),
+            "error_code": 0,
+        }
+        for g in b.groups or []
+    ]
+    return {"throttle_time_ms": 0, "groups": groups}
+
+
+async def _group_offsets(svc: Service, group: str, wanted: list[Any] | None) -> list[Response]:
+    """The committed offsets of ``group`` on ``wanted`` topics (None: every topic it has
+    committed on), as OffsetFetch's topic entries."""
     if wanted is None:
-        pairs = await committed_partitions(svc, b.group_id)
+        pairs = await committed_partitions(svc, group)
     else:
         pairs = [(t.name, list(t.partition_indexes)) for t in wanted]
     topics = []
     for name, indexes in pairs:
         parts = []
         for index in indexes:
-            offset, metadata, code, epoch = await _committed(svc, b.group_id, name, index)
+            offset, metadata, code, epoch = await _committed(svc, group, name, index)
             parts.append(
                 {
                     "partition_index": index,
@@ -338,7 +370,7 @@ async def offset_fetch(svc: Service, session: Session, req: Request) -> Response
                 }
             )
         topics.append({"name": name, "partitions": parts})
-    return {"topics": topics, "error_code": 0}
+    return topics
 
 
 async def _committed(
@@ -427,15 +459,27 @@ async def committed_partitions(svc: Service, group: str) -> list[tuple[str, list
 
 
 async def list_groups(svc: Service, session: Session, req: Request) -> Response:
+    """Every group this broker coordinates, with its state (v4+), only those in the
+    request's ``states_filter`` when it names any (KIP-518; case does not matter)."""
     groups = [
-        {"group_id": g.group_id, "protocol_type": g.protocol_type or "consumer"}
+        {
+            "group_id": g.group_id,
+            "protocol_type": g.protocol_type or "consumer",
+            "group_state": g.state.value,
+        }
         for g in svc.groups.groups.values()
     ]
     groups += [
-        {"group_id": g, "protocol_type": "consumer"}
-        for g in svc.consumer_groups.groups
-        if g not in svc.groups.groups
+        {"group_id": g.group_id, "protocol_type": "consumer", "group_state": g.state}
+        for g in svc.consumer_groups.groups.values()
+        if g.group_id not in svc.groups.groups
     ]
+    wanted = {f.lower() for f in getattr(req.body, "states_filter", None) or []}
+    if wanted:
+        groups = [g for g in groups if g["group_state"].lower() in wanted]
+    if req.api_version < 4:
+        for g in groups:
+            del g["group_state"]
     return {"error_code": 0, "groups": groups}
 
 
