@@ -17,13 +17,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
-from aiohttp import ClientSession, web
+from aiohttp import web
 
 from magnetar.broker import Broker, BrokerSettings
 from magnetar.broker.authorization import Authorizer, Permissions
 from magnetar.broker.errors import InvalidRequestError
 from magnetar.broker.offload import OffloadService
 from magnetar.broker.ownership import BrokerInfo, Ownership, parse_range
+from magnetar.broker.peers import Peers
 from magnetar.broker.retention import RetentionService
 from magnetar.broker.scram import ScramCredentials
 from magnetar.broker.shedding import ClusterLeader, Shedder
@@ -35,13 +36,14 @@ from magnetar.core.errors import ConfigError, MagnetarError
 from magnetar.core.grants import ReadGrants
 from magnetar.core.names import TopicName
 from magnetar.core.ports import check_free, listening
+from magnetar.core.tokens import client_token
 from magnetar.http import bodies
 from magnetar.http.cluster_metrics import cluster_metrics
 from magnetar.http.metrics import MetricSource, storage_metrics
 from magnetar.http.permissions import routes as permission_routes
 from magnetar.http.permissions import scram_routes
 from magnetar.http.routes import Route, ok
-from magnetar.http.server import HttpServer
+from magnetar.http.server import HttpServer, base_url
 from magnetar.ledger import LedgerFactory
 from magnetar.meta import MetadataStore, open_metadata_store
 from magnetar.meta.counters import reserve_block
@@ -97,6 +99,7 @@ class Standalone:
             raise
         tier = _tier(settings, replicated)
         broker = Broker(meta, LedgerFactory(storage, tier), _broker_settings(settings))
+        broker.peers = _peers(settings)
         if isinstance(storage, ReplicatedStorage):
             storage.persistence = partial(_persistence, broker)
         node = cls(settings, meta, storage, tier, broker)
@@ -114,7 +117,7 @@ class Standalone:
                 if settings.load_balancer_shedding_enabled:
                     node.shedder = Shedder(
                         leader,
-                        _unload_bundle,
+                        partial(_unload_bundle, broker.peers),
                         interval_s=settings.load_balancer_shedding_interval_s,
                         grace_s=settings.load_balancer_shedding_grace_s,
                     )
@@ -310,11 +313,18 @@ async def _load_partition(broker: Broker, partition: str) -> None:
     await broker.get_topic(TopicName.parse(f"persistent://{partition}"), create=False)
 
 
-async def _unload_bundle(owner: BrokerInfo, tenant: str, namespace: str, bundle: str) -> None:
-    """Ask ``owner`` to unload one of its bundles (load shedding), over its admin REST."""
-    url = f"{owner.http}/admin/v2/namespaces/{tenant}/{namespace}/{bundle}/unload"
-    async with ClientSession() as http, http.put(url) as answer:
-        answer.raise_for_status()
+async def _unload_bundle(
+    peers: Peers, owner: BrokerInfo, tenant: str, namespace: str, bundle: str
+) -> None:
+    """Ask ``owner`` to unload one of its bundles (load shedding, a namespace unload), over
+    its admin REST with this node's credential; a refusal raises saying why."""
+    url = f"{peers.base_url(owner)}/admin/v2/namespaces/{tenant}/{namespace}/{bundle}/unload"
+    async with peers.session() as http, http.put(url) as answer:
+        if answer.status >= 300:
+            raise web.HTTPBadGateway(
+                reason=f"broker {owner.id} refused to unload {tenant}/{namespace}/{bundle}: "
+                f"{answer.status} {' '.join((await answer.text())[:300].split())}"
+            )
 
 
 async def _kafka_node_id(s: Settings, meta: MetadataStore) -> int:
@@ -429,15 +439,12 @@ def _broker_routes(broker: Broker) -> list[Route]:
                 node = await broker.meta.get(f"/bundles/{t}/{n}/{b}")
                 owner = BrokerInfo.from_bytes(node.value) if node and node.value else None
                 if owner is not None and owner.id != broker.ownership.me.id:
-                    async with ClientSession() as http:
-                        url = f"{owner.http}/admin/v2/namespaces/{t}/{n}/{b}/unload"
-                        async with http.put(url) as answer:
-                            answer.raise_for_status()
+                    await _unload_bundle(broker.peers, owner, t, n, b)
         elif broker.ownership is not None and bundle is not None:
             node = await broker.meta.get(f"/bundles/{t}/{n}/{bundle}")
             owner = BrokerInfo.from_bytes(node.value) if node and node.value else None
             if owner is not None and owner.id != broker.ownership.me.id:
-                raise web.HTTPTemporaryRedirect(f"{owner.http}{request.path_qs}")
+                raise web.HTTPTemporaryRedirect(f"{base_url(owner, request)}{request.path_qs}")
         await broker.unload_namespace(t, n, bundle)
         return web.Response(status=204)
 
@@ -457,7 +464,7 @@ def _broker_routes(broker: Broker) -> list[Route]:
         node = await broker.meta.get(f"/bundles/{t}/{n}/{bundle}")
         owner = BrokerInfo.from_bytes(node.value) if node and node.value else None
         if owner is not None and owner.id != broker.ownership.me.id:
-            raise web.HTTPTemporaryRedirect(f"{owner.http}{request.path_qs}")
+            raise web.HTTPTemporaryRedirect(f"{base_url(owner, request)}{request.path_qs}")
         halves = await broker.ownership.split(t, n, bundle)
         return ok({"bundles": halves})
 
@@ -561,6 +568,14 @@ def _tier(settings: Settings, replicated: bool) -> Tier:
     elif kind != "none":
         iceberg = IcebergTables.open(store, kind, settings.iceberg_url)
     return Tier(store, row_group_rows=settings.offload_row_group_rows, iceberg=iceberg)
+
+
+def _peers(s: Settings) -> Peers:
+    """How this broker's calls to the others authenticate (and travel, over TLS or not)."""
+    return Peers(
+        client_token(s.broker_client_auth_token),
+        s.peer_tls_context() if s.broker_client_tls_enabled else None,
+    )
 
 
 def _authorizer(s: Settings, permissions: Permissions) -> Authorizer | None:

@@ -25,6 +25,7 @@ from magnetar.broker.limits import TopicLimits
 from magnetar.broker.log_start import LogStarts
 from magnetar.broker.non_persistent import NonPersistentTopic
 from magnetar.broker.ownership import Ownership
+from magnetar.broker.peers import Peers
 from magnetar.broker.policies import Namespaces, Policies, TopicPolicyStore
 from magnetar.broker.producer_names import ProducerNames
 from magnetar.broker.schemas import SchemaRegistry
@@ -74,6 +75,7 @@ class Broker:
         self.producer_names = ProducerNames(settings.cluster_name)
         self.log_starts = LogStarts(meta)
         self.ownership: Ownership | None = None  # several brokers: who serves which bundle
+        self.peers = Peers()  # how calls to the other brokers authenticate (standalone sets it)
         self.limits = TopicLimits(
             meta,
             max_partitions_per_topic=settings.max_num_partitions_per_partitioned_topic,

@@ -102,8 +102,28 @@ _STANDALONE_FLAGS: list[tuple[str, str, type, str]] = [
         "--broker-client-auth-token",
         "broker_client_auth_token",
         str,
-        "token this node's own clients (views) present: a JWT or file:///PATH",
+        "token this node's own clients (views, calls to other brokers) present: a JWT or "
+        "file:///PATH",
     ),
+    (
+        "--broker-client-tls-enabled",
+        "broker_client_tls_enabled",
+        str,
+        "call other brokers on their https:// addresses: true | false (default)",
+    ),
+    (
+        "--broker-client-trust-certs-file",
+        "broker_client_trust_certs_file",
+        str,
+        "PEM CAs other brokers' and storage nodes' certificates are checked against",
+    ),
+    (
+        "--broker-client-certificate-file",
+        "broker_client_certificate_file",
+        str,
+        "PEM certificate offered to brokers and storage nodes that require one",
+    ),
+    ("--broker-client-key-file", "broker_client_key_file", str, "its PEM private key"),
     ("--group-min-session-timeout-ms", "group_min_session_timeout_ms", int, "shortest session ms"),
     ("--group-max-session-timeout-ms", "group_max_session_timeout_ms", int, "longest session ms"),
     (

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import ssl
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from magnetar.core.errors import ConfigError
 from magnetar.core.pulsar_conf import read_pulsar_conf, translate
-from magnetar.core.tls import TlsFiles
+from magnetar.core.tls import TlsFiles, client_context
 
 if TYPE_CHECKING:
     from magnetar.core.authentication import Authenticator
@@ -109,6 +110,17 @@ class Settings:
     # JWT or file:///PATH (Pulsar's brokerClientAuthenticationParameters); give its role
     # super-user rights
     broker_client_auth_token: str = ""
+    # a broker's calls to the other brokers (remote Spark plans, forwarded Kafka offsets,
+    # unloads) go to their https:// addresses (Pulsar's brokerClientTlsEnabled)
+    broker_client_tls_enabled: bool = False
+    # what this node's TLS connections to other brokers and to storage nodes check the
+    # server against (default: tls_trust_certs_file, else the system's CAs) and the
+    # certificate they offer to peers that require one (default: tls_certificate_file /
+    # tls_key_file); Pulsar's brokerClientTrustCertsFilePath, brokerClientCertificateFilePath,
+    # brokerClientKeyFilePath
+    broker_client_trust_certs_file: str = ""
+    broker_client_certificate_file: str = ""
+    broker_client_key_file: str = ""
     kafka_namespace: str = "public/default"  # Kafka topic NAME = persistent://<this>/NAME
     # session timeouts a Kafka group member may ask for (Kafka's group.min/max.session.timeout.ms)
     group_min_session_timeout_ms: int = 6_000
@@ -215,6 +227,17 @@ class Settings:
     def views_python_dirs(self) -> tuple[Path, ...]:
         """The directories of ``views_python_path``, resolved (symbolic links followed)."""
         return tuple(Path(d).resolve() for d in self.views_python_path.split(os.pathsep) if d)
+
+    def peer_tls_context(self) -> ssl.SSLContext:
+        """The context of this node's TLS connections to other brokers and storage nodes."""
+        trust = self.broker_client_trust_certs_file or self.tls_trust_certs_file
+        if self.broker_client_certificate_file:
+            chain = (Path(self.broker_client_certificate_file), Path(self.broker_client_key_file))
+        elif self.tls_enabled and self.tls_certificate_file:
+            chain = (Path(self.tls_certificate_file), Path(self.tls_key_file))
+        else:
+            chain = None
+        return client_context(Path(trust) if trust else None, chain)
 
     @property
     def tls_files(self) -> TlsFiles | None:
@@ -467,6 +490,11 @@ def _validate(s: Settings) -> None:
 
 
 def _validate_tls(s: Settings) -> None:
+    if bool(s.broker_client_certificate_file) != bool(s.broker_client_key_file):
+        raise ConfigError(
+            "broker_client_certificate_file",
+            "set broker_client_certificate_file and broker_client_key_file together",
+        )
     if not s.tls_enabled:
         return
     for name in ("tls_certificate_file", "tls_key_file"):

@@ -48,13 +48,27 @@ class TlsFiles:
         """A context for this node's own connections to other nodes: the server is checked
         against the trust file (the system's CAs without one), and this node's certificate
         is offered, for peers that require one."""
-        ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
-        ctx.minimum_version = MINIMUM_VERSION
-        ctx.check_hostname = check_hostname
-        if self.trust is not None:
-            _load_trust(ctx, self.trust)
-        _load_chain(ctx, self.certificate, self.key)
-        return ctx
+        return client_context(
+            self.trust, (self.certificate, self.key), check_hostname=check_hostname
+        )
+
+
+def client_context(
+    trust: Path | None, chain: tuple[Path, Path] | None, *, check_hostname: bool = False
+) -> ssl.SSLContext:
+    """A context for a node's connections to its peers (brokers, storage nodes): the server
+    is checked against ``trust`` (the system's CAs without one); ``chain`` (certificate,
+    key) is offered to peers that require a client certificate. Peers are reached at the
+    addresses they register, which a cluster's certificates often leave out, so by default
+    the chain is checked and the name is not (Pulsar's tlsHostnameVerificationEnabled=false)."""
+    ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+    ctx.minimum_version = MINIMUM_VERSION
+    ctx.check_hostname = check_hostname
+    if trust is not None:
+        _load_trust(ctx, trust)
+    if chain is not None:
+        _load_chain(ctx, *chain)
+    return ctx
 
 
 def peer_common_name(ssl_object: ssl.SSLObject | ssl.SSLSocket | None) -> str | None:

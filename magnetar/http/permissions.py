@@ -27,6 +27,7 @@ from magnetar.broker.authorization import (
     check_role,
 )
 from magnetar.broker.errors import InvalidRequestError, NotFoundError
+from magnetar.broker.peers import ORIGINAL_PRINCIPAL
 from magnetar.broker.scram import Credential, ScramCredentialError, ScramCredentials, check
 from magnetar.core.authentication import Identity
 from magnetar.core.names import TopicName
@@ -156,6 +157,15 @@ def authorize(authorizer: Authorizer) -> Any:
         path = request.path
         if identity is None or path in _OPEN or path.startswith("/console"):
             return await handler(request)
+        original = request.headers.get(ORIGINAL_PRINCIPAL)
+        if original is not None:  # another broker asking on behalf of its client
+            if not authorizer.is_superuser(identity.role):
+                reason = (
+                    f"only a super-user may name an {ORIGINAL_PRINCIPAL}: "
+                    f"{identity.role!r} is not one"
+                )
+                return web.json_response({"reason": reason}, status=403)
+            identity = request["identity"] = Identity(original, "proxy", identity.expires_at)
         try:
             await _check(authorizer, identity.role, request.method, path.split("/"))
         except AuthorizationError as e:

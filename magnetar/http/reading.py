@@ -18,6 +18,8 @@ from aiohttp import web
 
 from magnetar.broker import Broker, SubType
 from magnetar.broker.errors import InvalidRequestError, TopicNotFoundError
+from magnetar.broker.ownership import BrokerInfo
+from magnetar.broker.peers import Peers
 from magnetar.core.grants import ReadGrants
 from magnetar.core.names import TopicName
 from magnetar.http.bodies import json_body, obj
@@ -29,13 +31,9 @@ V1 = "/magnetar/v1/topics/{tenant}/{namespace}/{topic}"
 
 def routes(broker: Broker, flight_url: str | None, grants: ReadGrants | None = None) -> list[Route]:
     async def plan(request: web.Request) -> web.Response:
-        name = topic_of(request)
-        answer = await _plan(broker, name, flight_url)
         identity = request.get("identity")
-        if grants is not None and identity is not None:  # Flight reads need these back
-            for part in answer["partitions"]:
-                part["grant"] = grants.issue(part["name"], identity.role)
-        return ok(answer)
+        role = identity.role if identity is not None else None
+        return ok(await _plan(broker, topic_of(request), flight_url, grants, role))
 
     async def list_topics(request: web.Request) -> web.Response:
         namespaces = await _namespaces(broker)
@@ -103,11 +101,19 @@ async def _partitions(broker: Broker, name: TopicName) -> list[tuple[int, TopicN
     return [(0, name)]
 
 
-async def _plan(broker: Broker, name: TopicName, flight_url: str | None) -> dict[str, Any]:
-    parts = [
-        await _partition_plan(broker, index, part, flight_url)
-        for index, part in await _partitions(broker, name)
-    ]
+async def _plan(
+    broker: Broker,
+    name: TopicName,
+    flight_url: str | None,
+    grants: ReadGrants | None,
+    role: str | None,
+) -> dict[str, Any]:
+    parts = []
+    for index, part in await _partitions(broker, name):
+        found = await _partition_plan(broker, index, part, flight_url, role)
+        if grants is not None and role is not None and "grant" not in found:
+            found["grant"] = grants.issue(found["name"], role)  # Flight reads need it back
+        parts.append(found)
     return {
         "topic": str(name),
         "partitions": parts,
@@ -118,15 +124,16 @@ async def _plan(broker: Broker, name: TopicName, flight_url: str | None) -> dict
 
 
 async def _partition_plan(
-    broker: Broker, index: int, part: TopicName, flight_url: str | None
+    broker: Broker, index: int, part: TopicName, flight_url: str | None, role: str | None
 ) -> dict[str, Any]:
     """One partition's offsets and segments, with where to read them (its ``flight`` and
-    ``store``): from this broker, or — several brokers — from the broker that owns it."""
+    ``store``): from this broker, or — several brokers — from the broker that owns it, asked
+    on behalf of ``role`` so that it signs the partition's read grant itself."""
     ownership = broker.ownership
     if ownership is not None:
         owner = await ownership.owner(part)
         if owner is not None and owner.id != ownership.me.id:
-            return await _remote_partition_plan(owner.http, index, part)
+            return await _remote_partition_plan(broker.peers, owner, index, part, role)
     topic = await broker.get_topic(part, create=True)
     ledger = topic.ledger
     segments = [
@@ -156,14 +163,20 @@ async def _partition_plan(
     }
 
 
-async def _remote_partition_plan(http: str, index: int, part: TopicName) -> dict[str, Any]:
-    url = f"{http.rstrip('/')}/magnetar/v1/topics/{part.path}/plan"
+async def _remote_partition_plan(
+    peers: Peers, owner: BrokerInfo, index: int, part: TopicName, role: str | None
+) -> dict[str, Any]:
+    url = f"{peers.base_url(owner).rstrip('/')}/magnetar/v1/topics/{part.path}/plan"
     try:
-        timeout = aiohttp.ClientTimeout(total=10)
-        async with aiohttp.ClientSession(timeout=timeout) as client, client.get(url) as r:
+        async with (
+            peers.session() as client,
+            client.get(url, headers=peers.headers(on_behalf_of=role)) as r,
+        ):
             body = await r.json(content_type=None)
             if r.status != 200:
                 reason = body.get("reason", body) if isinstance(body, dict) else body
+                if r.status == 403:  # the role asking may not read that partition
+                    raise web.HTTPForbidden(reason=f"the broker owning {part}: {reason}")
                 raise web.HTTPServiceUnavailable(
                     reason=f"the broker owning {part} answered {r.status}: {reason}"
                 )

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 from types import SimpleNamespace
 from typing import Any
 
@@ -28,6 +29,7 @@ from magnetar.protocols.kafka.errors import ErrorCode, GroupError, error_code_of
 from magnetar.protocols.kafka.service import Service, Session
 from magnetar.protocols.kafka.wire import Request
 
+log = logging.getLogger(__name__)
 NO_OFFSET = -1
 MAX_COMMIT_METADATA = 4096  # bytes; Kafka's offset.metadata.max.bytes default
 Response = dict[str, Any]
@@ -415,10 +417,14 @@ async def _at_owner(
     body = {"op": op, "group": group, "topic": topic, "partition": index, "offset": offset,
             "metadata": metadata}  # fmt: skip
     try:
-        url = f"{owner.http}/magnetar/v1/kafka/offsets"
-        async with aiohttp.ClientSession() as http, http.post(url, json=body) as r:
-            answer = await r.json()
-    except (aiohttp.ClientError, ValueError):
+        peers = svc.broker.peers
+        url = f"{peers.base_url(owner)}/magnetar/v1/kafka/offsets"
+        async with peers.session() as http, http.post(url, json=body) as r:
+            answer = await r.json(content_type=None)
+            if r.status != 200:
+                log.warning("the broker %s refused a forwarded offset %s: %s", owner.id, op, answer)
+                return ErrorCode.NOT_LEADER_OR_FOLLOWER, NO_OFFSET, None
+    except (aiohttp.ClientError, TimeoutError, ValueError):
         return ErrorCode.NOT_LEADER_OR_FOLLOWER, NO_OFFSET, None
     return ErrorCode(answer["errorCode"]), answer["offset"], answer["metadata"]
 
