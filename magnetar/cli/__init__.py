@@ -310,6 +310,16 @@ _STORAGE_NODE_FLAGS: list[tuple[str, str, type, str]] = [
     ("--max-message-size", "max_message_size", int, "the cluster's largest message in bytes"),
     ("--segment-max-bytes", "segment_max_bytes", int, "roll an entry file at this size"),
     ("--segment-max-entries", "segment_max_entries", int, "roll after N entries (0: no limit)"),
+    ("--tls-enabled", "tls_enabled", str, "the node port speaks TLS: true | false (default)"),
+    ("--tls-certificate-file", "tls_certificate_file", str, "PEM certificate chain of the node"),
+    ("--tls-key-file", "tls_key_file", str, "PEM private key of the node (unencrypted)"),
+    ("--tls-trust-certs-file", "tls_trust_certs_file", str, "PEM CAs that sign brokers' certs"),
+    (
+        "--tls-require-trusted-client-cert",
+        "tls_require_trusted_client_cert",
+        str,
+        "only brokers with a trusted certificate may connect (mTLS): true | false (default)",
+    ),
 ]
 
 

@@ -8,6 +8,7 @@ import contextlib
 import itertools
 import json
 import logging
+import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,8 +28,16 @@ class NodeConnection:
     timeout fails every request waiting on it (NodeUnavailableError) and the next request
     connects again."""
 
-    def __init__(self, node_id: str, host: str, port: int, timeout: float) -> None:
+    def __init__(
+        self,
+        node_id: str,
+        host: str,
+        port: int,
+        timeout: float,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
         self.node_id, self.host, self.port, self.timeout = node_id, host, port, timeout
+        self.ssl_context = ssl_context  # set: the node speaks TLS
         self._writer: asyncio.StreamWriter | None = None
         self._reader_task: asyncio.Task[None] | None = None
         self._waiting: dict[int, asyncio.Future[tuple[Status, bytes]]] = {}
@@ -41,8 +50,15 @@ class NodeConnection:
                 return self._writer
             try:
                 reader, writer = await asyncio.wait_for(
-                    asyncio.open_connection(self.host, self.port), self.timeout
+                    asyncio.open_connection(self.host, self.port, ssl=self.ssl_context),
+                    self.timeout,
                 )
+            except ssl.SSLError as e:  # an OSError too: say it is TLS, and what to check
+                raise NodeUnavailableError(
+                    f"storage node {self.node_id}: TLS handshake failed ({e.reason or e}); "
+                    "check broker_client_trust_certs_file and, if the node requires one, "
+                    "broker_client_certificate_file"
+                ) from None
             except (OSError, TimeoutError) as e:
                 raise NodeUnavailableError(
                     f"storage node {self.node_id} unreachable: {e or type(e).__name__}"
@@ -107,6 +123,7 @@ class NodeInfo:
     mode: str
     pid: int = 0
     flight: int = 0  # its Arrow Flight port (0: none)
+    tls: bool = False  # its node port speaks TLS
 
     @property
     def writable(self) -> bool:
@@ -116,9 +133,16 @@ class NodeInfo:
 class NodeDirectory:
     """The registered storage nodes (kept current by a watch) and a connection to each."""
 
-    def __init__(self, meta: MetadataStore, timeout: float) -> None:
+    def __init__(
+        self,
+        meta: MetadataStore,
+        timeout: float,
+        tls: Callable[[], ssl.SSLContext] | None = None,
+    ) -> None:
         self.meta = meta
         self.timeout = timeout
+        self._tls = tls  # makes the context of connections to nodes that speak TLS
+        self._ssl_context: ssl.SSLContext | None = None
         self.nodes: dict[str, NodeInfo] = {}
         self._conns: dict[str, NodeConnection] = {}
         self._cancel_watch: Callable[[], None] | None = None
@@ -151,6 +175,7 @@ class NodeDirectory:
                 d["mode"],
                 d.get("pid", 0),
                 d.get("flight", 0),
+                bool(d.get("tls", False)),
             )
         now = time.monotonic()
         for node_id in self.nodes.keys() - found.keys():
@@ -186,8 +211,16 @@ class NodeDirectory:
             info = self.nodes.get(node_id)
             if info is not None:
                 host, port = info.address, str(info.port)
-            conn = self._conns[node_id] = NodeConnection(node_id, host, int(port), self.timeout)
+            context = self._context() if info is not None and info.tls else None
+            conn = NodeConnection(node_id, host, int(port), self.timeout, context)
+            self._conns[node_id] = conn
         return conn
+
+    def _context(self) -> ssl.SSLContext:
+        if self._ssl_context is None:
+            make = self._tls or (lambda: ssl.create_default_context(ssl.Purpose.SERVER_AUTH))
+            self._ssl_context = make()
+        return self._ssl_context
 
     async def call(
         self, node_id: str, op: Op, body: bytes, timeout: float | None = None

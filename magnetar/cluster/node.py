@@ -130,8 +130,12 @@ class StorageNode:
         node.quarantine = quarantine
         try:
             await node._load()
+            tls = settings.tls_files  # the node port speaks TLS (mTLS with a trust file)
             node._server = await asyncio.start_server(
-                node._serve, settings.bind_address, settings.storage_port
+                node._serve,
+                settings.bind_address,
+                settings.storage_port,
+                ssl=tls.server_context() if tls is not None else None,
             )
             node.port = node._server.sockets[0].getsockname()[1]
             node.flight = NodeFlightServer(
@@ -212,6 +216,7 @@ class StorageNode:
                 "flight": self.flight.port if self.flight is not None else 0,
                 "flightStreams": self.flight.streams if self.flight is not None else 0,
                 "mode": self.mode,
+                "tls": self.settings.tls_enabled,  # brokers connect with TLS
                 "ledgers": len(self._ledgers),
                 "pid": os.getpid(),
             }
@@ -491,8 +496,16 @@ class StorageNode:
             f"magnetar storage-node ready: {self.node_id}, data in "
             f"{self.settings.data_dir.resolve()}, {len(self._ledgers)} ledger(s), flight "
             f"grpc://{self.address}:{self.flight.port if self.flight else 0}, "
-            f"metadata {self.settings.metadata_url}"
+            f"metadata {self.settings.metadata_url}, {self._security()}"
         )
+
+    def _security(self) -> str:
+        s = self.settings
+        if not s.tls_enabled:
+            return "node port in clear text (--tls-enabled to encrypt it)"
+        if s.tls_require_trusted_client_cert:
+            return "node port TLS, only clients with a trusted certificate (mTLS)"
+        return "node port TLS"
 
     async def aclose(self) -> None:
         for task in self._tasks:

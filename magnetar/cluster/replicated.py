@@ -449,7 +449,7 @@ class ReplicatedStorage:
         self.meta = meta
         self.clock = clock
         self.quorum = (settings.ensemble_size, settings.write_quorum, settings.ack_quorum)
-        self.nodes = NodeDirectory(meta, settings.add_timeout_ms / 1000)
+        self.nodes = NodeDirectory(meta, settings.add_timeout_ms / 1000, settings.peer_tls_context)
         self._parts: dict[str, _Partition] = {}
         self._ids: list[int] = []
         self._ids_lock = asyncio.Lock()
