@@ -8,8 +8,15 @@ through the TLS one, alternating, ``--rounds`` times:
   ``pulsar://`` and ``pulsar+ssl://``, timed to the last receipt;
 - Kafka: confluent-kafka ``produce`` + ``flush`` over ``PLAINTEXT`` and ``SSL``.
 
-Reported: messages/s and MB/s (median of the rounds) and TLS / plain (goal >= 0.7).
-Run: ``PYTHONPATH=. .venv/bin/python bench/tls.py [--messages 200000 --size 100]``
+The bound, measured in the same run (``bench/tls_sink.py``): ``--sink-mb`` MB pushed through
+a bare asyncio server that only counts bytes, over a plain and a TLS listener — what
+Python's asyncio SSL transport costs on its own, with no Kafka or Pulsar code.
+
+Reported: messages/s and MB/s (median of the rounds), TLS / plain (goal >= 0.7), and the
+server's CPU time per message (all its threads, from /proc: less sensitive to a loaded
+machine than the rates).
+Run: ``PYTHONPATH=. .venv/bin/python bench/tls.py [--messages 200000 --size 100]
+[--protocols kafka]``
 """
 
 from __future__ import annotations
@@ -24,7 +31,17 @@ from collections.abc import Callable, Sequence
 import pulsar
 from confluent_kafka import Producer
 
-from bench.common import RESULTS_DIR, machine_info, make_workdir, render_table, utc_now, write_json
+from bench import tls_sink
+from bench.common import (
+    MB,
+    RESULTS_DIR,
+    machine_info,
+    make_workdir,
+    process_cpu_seconds,
+    render_table,
+    utc_now,
+    write_json,
+)
 from magnetar.testing.certs import TestCA
 from magnetar.testing.server import StandaloneProcess, free_port
 
@@ -89,6 +106,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--messages", type=int, default=200_000)
     parser.add_argument("--size", type=int, default=100, help="payload bytes")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--protocols", default="pulsar,kafka", help="comma-separated: pulsar, kafka"
+    )
+    parser.add_argument("--sink-mb", type=int, default=200, help="MB through the bare sink")
     return parser.parse_args(argv)
 
 
@@ -106,6 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     payload = b"x" * args.size
     trust = str(ca.cert)
     seconds: dict[str, list[float]] = {}
+    cpu: dict[str, list[float]] = {}  # the server's CPU seconds (all threads) per round
     with StandaloneProcess(workdir / "data", extra_args=extra) as server:
         plain_kafka = {"bootstrap.servers": f"127.0.0.1:{server.kafka_port}"}
         ssl_kafka = {
@@ -121,21 +143,41 @@ def main(argv: Sequence[str] | None = None) -> int:
             "kafka plain": lambda: kafka_publish(plain_kafka, args.messages, payload),
             "kafka TLS": lambda: kafka_publish(ssl_kafka, args.messages, payload),
         }  # fmt: skip
+        wanted = set(args.protocols.split(","))
+        cases = {name: run for name, run in cases.items() if name.split()[0] in wanted}
+        assert server.proc is not None
+        pid = server.proc.pid
         for _ in range(args.rounds):  # alternate, so load on the machine hits both alike
             for name, run in cases.items():
+                before = process_cpu_seconds(pid)
                 seconds.setdefault(name, []).append(run())
+                cpu.setdefault(name, []).append(process_cpu_seconds(pid) - before)
+    sink_bytes = args.sink_mb * MB
+    sink = tls_sink.measure(cert.cert, cert.key, ca.cert, sink_bytes, args.rounds)
     shutil.rmtree(workdir, ignore_errors=True)
     rate = {name: args.messages / statistics.median(s) for name, s in seconds.items()}
     rows = []
     for name, r in rate.items():
         protocol, kind = name.split()
         ratio = f"{r / rate[f'{protocol} plain']:.2f}" if kind == "TLS" else ""
-        rows.append([name, f"{r:,.0f}", f"{r * args.size / 1e6:.1f}", ratio])
+        per_message = statistics.median(cpu[name]) / args.messages * 1e6
+        rows.append([name, f"{r:,.0f}", f"{r * args.size / 1e6:.1f}", ratio, f"{per_message:.2f}"])
+    sink_rate = {name: sink_bytes / statistics.median(s) / MB for name, s in sink.items()}
+    for name, r in sink_rate.items():
+        ratio = f"{r / sink_rate['asyncio sink plain']:.2f}" if name.endswith("TLS") else ""
+        rows.append([name, "", f"{r:,.0f}", ratio, ""])
+    seconds.update(sink)
     print(f"{args.messages} messages of {args.size} B, median of {args.rounds} rounds")
-    print(render_table(["case", "msgs/s", "MB/s", "TLS / plain"], rows))
+    print(render_table(["case", "msgs/s", "MB/s", "TLS / plain", "server CPU us/msg"], rows))
     write_json(
         RESULTS_DIR / "tls.json",
-        {"when": utc_now(), "machine": machine_info(), "args": vars(args), "seconds": seconds},
+        {
+            "when": utc_now(),
+            "machine": machine_info(),
+            "args": vars(args),
+            "seconds": seconds,
+            "server_cpu_seconds": cpu,
+        },
     )
     return 0
 

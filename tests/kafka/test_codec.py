@@ -166,6 +166,32 @@ def test_frame_reader_splits_a_stream_and_refuses_oversized_frames() -> None:
         reader.next_frame()
 
 
+@settings(max_examples=30, deadline=None)
+@given(
+    sizes=st.lists(st.sampled_from([0, 1, 100, wire.READ_BUFFER - 4, 3 * wire.READ_BUFFER]),
+                   min_size=1, max_size=6),
+    reads=st.lists(st.integers(1, 2 * wire.READ_BUFFER), min_size=1, max_size=8),
+)  # fmt: skip
+def test_frame_reader_takes_reads_into_its_own_buffer(sizes: list[int], reads: list[int]) -> None:
+    """Frames of any size split over reads of any size (the transport writing into
+    ``get_buffer``) come out whole and in order; the buffer grows for a large frame."""
+    frames = [bytes([i % 251]) * size for i, size in enumerate(sizes)]
+    stream = b"".join(len(f).to_bytes(4, "big") + f for f in frames)
+    reader = wire.FrameReader(max_frame=4 * wire.READ_BUFFER)
+    got, at, turn = [], 0, 0
+    while at < len(stream):
+        buffer = reader.get_buffer(-1)
+        assert len(buffer) >= wire.READ_BUFFER
+        n = min(reads[turn % len(reads)], len(buffer), len(stream) - at)
+        buffer[:n] = stream[at : at + n]
+        del buffer  # as the transport drops its view
+        reader.buffer_updated(n)
+        at, turn = at + n, turn + 1
+        while (frame := reader.next_frame()) is not None:
+            got.append(frame)
+    assert got == frames
+
+
 @settings(max_examples=40, deadline=None)
 @given(
     recs=st.lists(

@@ -177,8 +177,10 @@ class KafkaServer:
         await self.service.aclose()
 
 
-class Connection(asyncio.Protocol):
-    """One client connection: decodes requests, runs them, answers in order."""
+class Connection(asyncio.BufferedProtocol):
+    """One client connection: decodes requests, runs them, answers in order. The transport
+    reads into the frame reader's buffer (on the SSL listener, decrypts into it): no bytes
+    object per read, no join of TLS records."""
 
     def __init__(self, server: KafkaServer, *, tls: bool = False) -> None:
         self.server = server
@@ -249,9 +251,12 @@ class Connection(asyncio.Protocol):
             due if due > now else now + limits.idle_timeout, self._check_idle
         )
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.reader.get_buffer(sizehint)
+
+    def buffer_updated(self, nbytes: int) -> None:
         self._last_active = asyncio.get_running_loop().time()
-        self.reader.feed(data)
+        self.reader.buffer_updated(nbytes)
         while self.transport is not None:
             try:
                 frame = self.reader.next_frame()

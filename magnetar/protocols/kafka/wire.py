@@ -162,6 +162,8 @@ _APIS: dict[int, tuple[Any, Any, int, int]] = {
 SUPPORTED: Mapping[int, tuple[int, int]] = {k: (v[2], v[3]) for k, v in _APIS.items()}
 _PREFIX = struct.Struct(">hhi")
 _SIZE = struct.Struct(">i")
+READ_BUFFER = 256 * 1024  # bytes a read may bring (asyncio reads as much at once)
+MAX_IDLE_BUFFER = 4 << 20  # a buffer grown for a large request is dropped once empty
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,27 +271,60 @@ def build(container: Any, values: Mapping[str, Any]) -> Any:
 
 
 class FrameReader:
-    """Splits a byte stream into size-prefixed request frames; refuses oversized ones."""
+    """Splits a byte stream into size-prefixed request frames; refuses oversized ones.
+
+    The transport reads straight into its buffer (:meth:`get_buffer` /
+    :meth:`buffer_updated`, asyncio's ``BufferedProtocol``): over TLS the SSL transport
+    decrypts into it, with no intermediate ``bytes`` per read and no join of TLS records.
+    Each frame is copied out once; the bytes before the next frame are moved to the front
+    only when the free space runs short.
+    """
 
     def __init__(self, max_frame: int) -> None:
         self.max_frame = max_frame
-        self._buf = bytearray()
+        self._buf = bytearray(READ_BUFFER)
+        self._start = 0  # first byte not yet taken by a frame
+        self._end = 0  # end of the bytes received
+
+    def get_buffer(self, sizehint: int = -1) -> memoryview:
+        """Free space for at least ``sizehint`` bytes (``READ_BUFFER`` when unsaid)."""
+        want = max(sizehint, READ_BUFFER)
+        if len(self._buf) - self._end < want:
+            live = self._end - self._start
+            if live + want > len(self._buf):  # a new, larger buffer (views may still exist)
+                grown = bytearray(max(live + want, 2 * len(self._buf)))
+                grown[:live] = self._buf[self._start : self._end]
+                self._buf = grown
+            elif live:
+                self._buf[:live] = self._buf[self._start : self._end]
+            self._start, self._end = 0, live
+        return memoryview(self._buf)[self._end :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self._end += nbytes
 
     def feed(self, data: bytes) -> None:
-        self._buf += data
+        self.get_buffer(len(data))[: len(data)] = data
+        self.buffer_updated(len(data))
 
     def next_frame(self) -> bytes | None:
         """The next whole frame, or None until more bytes arrive. Raises
         MalformedRequestError for a negative or oversized size."""
-        if len(self._buf) < 4:
+        start = self._start
+        if self._end - start < 4:
             return None
-        (size,) = _SIZE.unpack_from(self._buf, 0)
+        (size,) = _SIZE.unpack_from(self._buf, start)
         if size < 0 or size > self.max_frame:
             raise MalformedRequestError(f"request size {size} outside 0..{self.max_frame}")
-        if len(self._buf) < 4 + size:
+        if self._end - start < 4 + size:
             return None
-        frame = bytes(self._buf[4 : 4 + size])
-        del self._buf[: 4 + size]
+        with memoryview(self._buf) as view:
+            frame = bytes(view[start + 4 : start + 4 + size])
+        self._start = start + 4 + size
+        if self._start == self._end:  # all taken: start over, and give a big buffer back
+            self._start = self._end = 0
+            if len(self._buf) > MAX_IDLE_BUFFER:
+                self._buf = bytearray(READ_BUFFER)
         return frame
 
 
