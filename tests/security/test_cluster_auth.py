@@ -3,7 +3,8 @@ nodes: every call one broker makes to the other goes over https (mTLS) and carri
 node's client credential (``--broker-client-auth-token``, a super-user), so load shedding
 moves bundles, a Spark plan asked of one broker covers the partitions the other owns (their
 Flight read grants signed by their owner, for the role that asked), a Kafka offset commit
-reaches the broker serving the partition, and a namespace unload reaches every broker. A
+reaches the broker serving the partition, a transaction's markers reach the brokers of its
+partitions, and a namespace unload reaches every broker. A
 role without permission is refused on both brokers; only a super-user may act for another
 role."""
 
@@ -18,7 +19,7 @@ from typing import Any
 import pulsar
 import pytest
 import requests
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from magnetar.broker.ownership import bundle_of, equal_boundaries, range_name
 from magnetar.core.names import TopicName
@@ -126,6 +127,7 @@ def test_brokers_call_each_other_with_their_credential(
         _spark_reads(spark, a, b, tokens, topic, sent)
         _refusals(a, b, reader, bob, topic)
         _kafka_commits(a, b, tokens, topic)
+        _kafka_transaction(a, tokens, topic)
 
         # a namespace unload asked of b unloads a's bundles too (b calls a)
         unload = f"{b.http_url}/admin/v2/namespaces/public/default/unload"
@@ -217,15 +219,45 @@ def _kafka_commits(
             refused.close()
 
 
+def _kafka_transaction(a: StandaloneProcess, tokens: dict[str, str], topic: str) -> None:
+    """A transaction over partitions of both brokers commits: its coordinator writes the
+    COMMIT markers at the other broker (with the broker credential), so a read_committed
+    consumer sees every record."""
+    producer = Producer({**_sasl(a, tokens["admin"]), "transactional.id": "tx-auth"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    values = {f"tx-{p}".encode() for p in range(PARTITIONS)}
+    for p in range(PARTITIONS):
+        producer.produce(topic, f"tx-{p}".encode(), partition=p)
+    producer.commit_transaction(60)
+    consumer = Consumer(
+        {**_sasl(a, tokens["reader"]), "group.id": "g-tx", "isolation.level": "read_committed",
+         "auto.offset.reset": "earliest", "enable.auto.commit": False}
+    )  # fmt: skip
+    try:
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+        seen: set[bytes] = set()
+
+        def all_seen() -> bool:
+            for m in consumer.consume(100, 1):
+                if m.error() is None and (m.value() or b"").startswith(b"tx-"):
+                    seen.add(m.value() or b"")
+            return seen == values
+
+        wait_for(all_seen, 60, "the committed transaction's records")
+    finally:
+        consumer.close()
+
+
+def _sasl(broker: StandaloneProcess, token: str) -> dict[str, str]:
+    return {
+        "bootstrap.servers": f"127.0.0.1:{broker.kafka_port}",
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": "user",
+        "sasl.password": f"token:{token}",
+    }
+
+
 def _consumer(broker: StandaloneProcess, token: str, group: str) -> Consumer:
-    return Consumer(
-        {
-            "bootstrap.servers": f"127.0.0.1:{broker.kafka_port}",
-            "security.protocol": "SASL_PLAINTEXT",
-            "sasl.mechanism": "PLAIN",
-            "sasl.username": "user",
-            "sasl.password": f"token:{token}",
-            "group.id": group,
-            "enable.auto.commit": False,
-        }
-    )
+    return Consumer({**_sasl(broker, token), "group.id": group, "enable.auto.commit": False})

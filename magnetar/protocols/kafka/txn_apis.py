@@ -93,13 +93,10 @@ async def write_marker(
             if owner.id == ownership.me.id:
                 await marker_here(svc, topic, index, producer_id, epoch, commit)
                 return
-            url = f"{owner.http}/magnetar/v1/kafka/txn-markers"
-            timeout = aiohttp.ClientTimeout(total=30)
-            async with (
-                aiohttp.ClientSession(timeout=timeout) as http,
-                http.post(url, json=body) as r,
-            ):
-                answer = await r.json()
+            peers = svc.broker.peers  # the node's credential, over TLS when set
+            url = f"{peers.base_url(owner)}/magnetar/v1/kafka/txn-markers"
+            async with peers.session(timeout_s=30) as http, http.post(url, json=body) as r:
+                answer = await r.json(content_type=None)
             if r.status == 200 and answer.get("errorCode") == 0:
                 return
             why = str(answer.get("message") or answer)
