@@ -138,12 +138,13 @@ class StorageNode:
                 ssl=tls.server_context() if tls is not None else None,
             )
             node.port = node._server.sockets[0].getsockname()[1]
-            node.flight = NodeFlightServer(
-                node,
-                asyncio.get_running_loop(),
-                f"grpc://{settings.bind_address}:{settings.flight_port}",
-            )
-            node.flight.start()
+            if tls is None:  # a TLS node serves no clear-text reads: Spark goes via brokers
+                node.flight = NodeFlightServer(
+                    node,
+                    asyncio.get_running_loop(),
+                    f"grpc://{settings.bind_address}:{settings.flight_port}",
+                )
+                node.flight.start()
             await node._register()
             node._tasks.append(asyncio.create_task(node._report_loop()))
             node._stop_session = meta.on_session(node._on_session)  # type: ignore[attr-defined]

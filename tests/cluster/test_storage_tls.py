@@ -66,6 +66,9 @@ def test_brokers_use_storage_nodes_over_mutual_tls(cluster: Cluster, tmp_path: P
         client.close()
     ensemble = cluster.ledgers(TOPIC)[0]["ensembles"][0][1]
     assert sorted(ensemble) == sorted(n.node_id for n in cluster.nodes)
+    for node in cluster.nodes:  # no clear-text Arrow Flight endpoint: Spark reads via brokers
+        registered = cluster.meta(f"/storage-nodes/{node.node_id}")
+        assert registered["tls"] is True and registered["flight"] == 0
 
     port = cluster.nodes[0].storage_port
     trusted = ssl.create_default_context(cafile=ca.cert)
