@@ -30,6 +30,7 @@ from magnetar.broker.producer_names import ProducerNames
 from magnetar.broker.schemas import SchemaRegistry
 from magnetar.broker.subscription import UnackedLimits
 from magnetar.broker.topic import Topic
+from magnetar.broker.transactions import TransactionIndex
 from magnetar.core import formats
 from magnetar.core.names import TopicName
 from magnetar.ledger import LedgerFactory, OffsetOutOfRangeError
@@ -194,6 +195,8 @@ class Broker:
         await self.meta.delete_recursive(f"/dedup/{name.path}")
         if topic.compaction is not None:
             await topic.compaction.delete()
+        if topic.txns is not None:
+            await topic.txns.delete()
         await topic.ledger.delete()
         await self.log_starts.delete(name)
         await self.meta.delete_recursive(paths.topic_path(name.tenant, name.namespace, name.local))
@@ -296,7 +299,11 @@ class Broker:
             new_producer_name=self.producer_names.next,
             unacked_limits=limits,
         )
-        topic.compaction = TopicCompaction(name.path, ledger, self.ledgers, self.meta)
+        topic.txns = TransactionIndex(self.meta, name.path, ledger)
+        await topic.txns.load()
+        topic.compaction = TopicCompaction(
+            name.path, ledger, self.ledgers, self.meta, txns=topic.txns
+        )
         await topic.compaction.load()
         await topic.load_subscriptions()
         await self._configure_dedup(topic)

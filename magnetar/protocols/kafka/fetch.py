@@ -28,7 +28,6 @@ from magnetar.ledger import ManagedLedger
 from magnetar.protocols.kafka import records
 from magnetar.protocols.kafka.conversion import to_kafka_batch
 from magnetar.protocols.kafka.errors import ErrorCode, error_code_of
-from magnetar.protocols.kafka.idempotence import ProducerStates
 from magnetar.protocols.kafka.service import Service, Session
 from magnetar.protocols.kafka.timestamps import MAX_TIMESTAMP, max_timestamp_offset
 from magnetar.protocols.kafka.wire import Request
@@ -46,7 +45,6 @@ class _Part:
     max_bytes: int
     committed_only: bool = False  # isolation.level=read_committed
     topic: Topic | None = None
-    states: ProducerStates | None = None
     error: ErrorCode = ErrorCode.NONE
     batches: list[bytes] = field(default_factory=list)
     size: int = 0
@@ -78,7 +76,6 @@ async def fetch(svc: Service, session: Session, req: Request) -> dict[str, Any]:
 async def _resolve(svc: Service, part: _Part) -> None:
     try:
         part.topic = await svc.topics.partition(part.topic_name, part.index)
-        part.states = await svc.producer_states(part.topic)
     except MagnetarError as e:
         part.error = error_code_of(e)
 
@@ -138,18 +135,19 @@ async def _wait_for_append(parts: list[_Part], timeout: float) -> bool:
 def _last_stable(part: _Part) -> int:
     assert part.topic is not None
     end = part.topic.ledger.end_offset
-    return part.states.last_stable(end) if part.states is not None else end
+    return part.topic.txns.last_stable(end) if part.topic.txns is not None else end
 
 
 def _aborted(part: _Part) -> list[dict[str, int]]:
     """The aborted transactions a read_committed client must drop from what it gets."""
-    if not part.committed_only or part.states is None or not part.batches:
+    txns = part.topic.txns if part.topic is not None else None
+    if not part.committed_only or txns is None or not part.batches:
         return []
     last = records.read_header(part.batches[-1])
     end = last.base_offset + last.last_offset_delta + 1
     return [
-        {"producer_id": pid, "first_offset": first}
-        for pid, first in part.states.aborted_in(part.offset, end)
+        {"producer_id": a.producer_id, "first_offset": a.first}
+        for a in txns.aborted_in(part.offset, end)
     ]
 
 
@@ -189,8 +187,8 @@ async def list_offsets(svc: Service, session: Session, req: Request) -> dict[str
             try:
                 topic = await svc.topics.partition(t.name, p.partition_index)
                 ts, offset = await _offset_for(topic.ledger, p.timestamp)
-                if p.timestamp == LATEST and committed_only:  # the last stable offset
-                    offset = (await svc.producer_states(topic)).last_stable(offset)
+                if p.timestamp == LATEST and committed_only and topic.txns is not None:
+                    offset = topic.txns.last_stable(offset)  # the last stable offset
             except MagnetarError as e:
                 error = error_code_of(e)
             parts.append(
