@@ -113,6 +113,7 @@ class Broker:
             if topic.name == name or topic.name.base == name:
                 await self._configure_dedup(topic)
                 await self._configure_limits(topic)
+                await self._configure_compaction(topic)
 
     async def topic_policy(self, name: TopicName, field: str) -> object:
         """A topic policy of ``name``: a partition's own, else its partitioned topic's, else
@@ -324,8 +325,15 @@ class Broker:
 
     async def _configure_compaction(self, topic: Topic) -> None:
         if topic.compaction is not None:
-            threshold = (await self.policies(topic.name)).compaction_threshold
-            topic.compaction.threshold = threshold or 0
+            topic.compaction.threshold = await self.compaction_threshold(topic.name)
+
+    async def compaction_threshold(self, name: TopicName) -> int:
+        """Bytes published that start a compaction run of ``name`` (0: never): its topic
+        policy, else its namespace's."""
+        own = await self.topic_policy(name, "compactionThreshold")
+        if isinstance(own, int):
+            return own
+        return (await self.policies(name)).compaction_threshold or 0
 
     async def _configure_dedup(self, topic: Topic) -> None:
         enabled = await self.deduplication(topic.name)

@@ -8,6 +8,7 @@ from the entries after a restart.
 
 from __future__ import annotations
 
+import base64
 import struct
 from collections.abc import Sequence
 
@@ -70,6 +71,15 @@ class KafkaEntryFormat:
             return None
         commit = header.control and control_type(payload) == "COMMIT"
         return formats.TransactionMark(header.producer_id, header.control, commit)
+
+    def compaction_keys(self, payload: bytes) -> list[tuple[bytes | None, bool]]:
+        """(key, null value?) of each record, keys as a Pulsar reader sees them (UTF-8, or
+        base64 text when not UTF-8), so both protocols compact the same key alike. A marker
+        has no key: compaction leaves it out."""
+        batch = records.decode(payload)
+        if records.read_header(payload).control:
+            return [(None, False)] * len(batch)
+        return [(_key_text(r.key), r.value is None) for r in batch]
 
     def unpack(self, payload: bytes) -> list[MessageRow]:
         """The batch's records as message rows (offload). Keys and header values become
@@ -141,3 +151,13 @@ def marker_batch(producer_id: int, epoch: int, commit: bool, timestamp: int) -> 
         producer_epoch=epoch,
         attributes=records.TRANSACTIONAL | records.CONTROL,
     )
+
+
+def _key_text(key: bytes | None) -> bytes | None:
+    if key is None:
+        return None
+    try:
+        key.decode("utf-8")
+    except UnicodeDecodeError:
+        return base64.b64encode(key)
+    return key

@@ -23,9 +23,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from magnetar.broker import Topic
+from magnetar.broker.compaction import CompactedView
 from magnetar.core.errors import MagnetarError
 from magnetar.ledger import ManagedLedger
-from magnetar.protocols.kafka import records
+from magnetar.protocols.kafka import compacted, records
 from magnetar.protocols.kafka.conversion import to_kafka_batch
 from magnetar.protocols.kafka.errors import ErrorCode, error_code_of
 from magnetar.protocols.kafka.service import Service, Session
@@ -35,6 +36,7 @@ from magnetar.protocols.kafka.wire import Request
 log = logging.getLogger(__name__)
 LATEST, EARLIEST = -1, -2
 MAX_ENTRIES = 10_000
+COMPACTED_RECORDS = 500  # entries of the compacted view one fetch of a partition reads
 
 
 @dataclass(eq=False)
@@ -95,12 +97,19 @@ async def _read_all(parts: list[_Part], max_bytes: int) -> int:
 async def _read(part: _Part, limit: int) -> None:
     assert part.topic is not None
     ledger = part.topic.ledger
-    if part.offset < ledger.start_offset or part.offset > ledger.end_offset:
+    if part.offset < compacted.log_start(part.topic) or part.offset > ledger.end_offset:
         part.error = ErrorCode.OFFSET_OUT_OF_RANGE
         return
+    position = part.offset
+    view = compacted.view_of(part.topic)
+    if view is not None and position < view.horizon:
+        await _read_compacted(part, view, limit)
+        if part.batches or part.error:
+            return
+        position = view.horizon  # nothing of the view is left after the fetch offset
     stop = _last_stable(part) if part.committed_only else ledger.end_offset
     try:
-        entries = await ledger.read(part.offset, max_entries=MAX_ENTRIES, max_bytes=limit)
+        entries = await ledger.read(position, max_entries=MAX_ENTRIES, max_bytes=limit)
         for entry in entries:
             if entry.base_offset >= stop:
                 break
@@ -112,6 +121,23 @@ async def _read(part: _Part, limit: int) -> None:
             # the client drops the records of the first batch below the offset it asked for
             skipped = max(0, part.offset - entry.base_offset)
             part.topic.counters.delivered(entry.count - skipped, len(batch))
+    except MagnetarError as e:
+        part.error = error_code_of(e)
+
+
+async def _read_compacted(part: _Part, view: CompactedView, limit: int) -> None:
+    """Batches of the compacted view from the fetch offset (see :mod:`compacted`)."""
+    assert part.topic is not None
+    try:
+        for record in await view.read(part.offset, COMPACTED_RECORDS):
+            batch = compacted.batch_of(record)
+            if batch is None:
+                continue
+            if part.batches and part.size + len(batch) > limit:
+                break
+            part.batches.append(batch)
+            part.size += len(batch)
+            part.topic.counters.delivered(record.entry.count - len(record.dropped), len(batch))
     except MagnetarError as e:
         part.error = error_code_of(e)
 
@@ -158,7 +184,7 @@ def _respond(parts: list[_Part]) -> list[dict[str, Any]]:
         if part.topic is not None:
             ledger = part.topic.ledger
             hw, lso = ledger.end_offset, _last_stable(part)
-            start = ledger.start_offset
+            start = compacted.log_start(part.topic)
         by_topic.setdefault(part.topic_name, []).append(
             {
                 "partition_index": part.index,
@@ -187,6 +213,8 @@ async def list_offsets(svc: Service, session: Session, req: Request) -> dict[str
             try:
                 topic = await svc.topics.partition(t.name, p.partition_index)
                 ts, offset = await _offset_for(topic.ledger, p.timestamp)
+                if p.timestamp == EARLIEST:
+                    offset = compacted.log_start(topic)
                 if p.timestamp == LATEST and committed_only and topic.txns is not None:
                     offset = topic.txns.last_stable(offset)  # the last stable offset
             except MagnetarError as e:
