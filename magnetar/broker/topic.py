@@ -349,3 +349,5 @@ class Topic:
             await sub.aclose()
         if self.dedup is not None:
             await self.dedup.snapshot()
+        if self.txns is not None:
+            await self.txns.flush()

@@ -11,9 +11,11 @@ never delivered — a Pulsar subscription acknowledges them for its consumers. O
 message ids do not change: what is hidden leaves a gap.
 
 The index is durable in the metadata store (``/transactions/<topic path>``): a transaction
-is recorded as open *before* its first batch is appended, and as committed or aborted after
-its marker is. A crash between a marker's append and that record is healed at load, by
-reading the open transactions' part of the log for their markers. Aborted transactions whose
+is recorded as open *before* its first batch is appended (else a crash could forget an
+open transaction and show its data once it is aborted), and as committed or aborted soon
+after its marker is appended, in the background: the marker in the log is the truth, so
+EndTxn does not wait for that record, and one written late or lost in a crash is healed at
+load by reading the open transactions' part of the log for their markers. Aborted transactions whose
 marker retention has deleted are forgotten.
 """
 
@@ -52,6 +54,8 @@ class TransactionIndex:
     used: bool = False  # a transaction ever wrote here (the record exists)
     _listeners: list[Callable[[], None]] = field(default_factory=list)
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _saving: asyncio.Task[None] | None = None
+    _dirty: bool = False
 
     @property
     def node(self) -> str:
@@ -96,14 +100,26 @@ class TransactionIndex:
                 self.open[producer_id] = at_least
                 await self._save()
 
-    async def ended(self, producer_id: int, commit: bool, offset: int) -> None:
-        """The marker of ``producer_id``'s transaction was appended at ``offset``. Durable
-        on return; readers waiting at the LSO are woken."""
-        async with self._lock:
-            if self._close(producer_id, commit, offset):
-                await self._save()
+    def ended(self, producer_id: int, commit: bool, offset: int) -> None:
+        """The marker of ``producer_id``'s transaction was appended at ``offset``: readers
+        waiting at the LSO are woken at once; the record follows in the background."""
+        if self._close(producer_id, commit, offset):
+            self._dirty = True
+            if self._saving is None or self._saving.done():
+                self._saving = asyncio.get_running_loop().create_task(self._save_dirty())
         for listener in list(self._listeners):
             listener()
+
+    async def _save_dirty(self) -> None:
+        while self._dirty:  # coalesced: one write for the markers that came meanwhile
+            self._dirty = False
+            async with self._lock:
+                await self._save()
+
+    async def flush(self) -> None:
+        """Return once the record holds every transaction ended so far."""
+        while self._saving is not None and not self._saving.done():
+            await asyncio.shield(self._saving)
 
     def _close(self, producer_id: int, commit: bool, offset: int) -> bool:
         first = self.open.pop(producer_id, None)
@@ -168,4 +184,5 @@ class TransactionIndex:
 
     async def delete(self) -> None:
         """Drop the record (the topic is being deleted)."""
+        await self.flush()  # a save still under way would write it again
         await self.meta.delete_recursive(self.node)

@@ -149,7 +149,7 @@ async def marker_here(
     states.marker(producer_id, epoch)
     coordinator(svc).marker_written(producer_id, topic, index)
     if part.txns is not None:
-        await part.txns.ended(producer_id, commit, offset)
+        part.txns.ended(producer_id, commit, offset)
 
 
 async def commit_offsets(svc: Service, group: str, staged: Offsets) -> None:
