@@ -251,13 +251,13 @@ class TopicAdmin:
     async def last_message_id(self, name: TopicName) -> dict[str, Any]:
         topic = await self.require(name)
         ledger = topic.ledger
-        if ledger.end_offset <= ledger.start_offset:
+        entry = await topic.last_dispatchable()
+        if entry is None:
             return {
                 "ledgerId": ledger.segments()[-1].segment_id,
                 "entryId": -1,
                 "partitionIndex": -1,
             }
-        [entry] = (await ledger.read(ledger.end_offset - 1, max_entries=1))[:1]
         mid = ledger.message_id(entry)
         body: dict[str, Any] = {"ledgerId": mid.ledger_id, "entryId": mid.entry_id}
         body["partitionIndex"] = name.partition

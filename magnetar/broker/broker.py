@@ -31,6 +31,7 @@ from magnetar.broker.producer_names import ProducerNames
 from magnetar.broker.schemas import SchemaRegistry
 from magnetar.broker.subscription import UnackedLimits
 from magnetar.broker.topic import Topic
+from magnetar.broker.transactions import TransactionIndex
 from magnetar.core import formats
 from magnetar.core.names import TopicName
 from magnetar.ledger import LedgerFactory, OffsetOutOfRangeError
@@ -114,6 +115,7 @@ class Broker:
             if topic.name == name or topic.name.base == name:
                 await self._configure_dedup(topic)
                 await self._configure_limits(topic)
+                await self._configure_compaction(topic)
 
     async def topic_policy(self, name: TopicName, field: str) -> object:
         """A topic policy of ``name``: a partition's own, else its partitioned topic's, else
@@ -196,6 +198,8 @@ class Broker:
         await self.meta.delete_recursive(f"/dedup/{name.path}")
         if topic.compaction is not None:
             await topic.compaction.delete()
+        if topic.txns is not None:
+            await topic.txns.delete()
         await topic.ledger.delete()
         await self.log_starts.delete(name)
         await self.meta.delete_recursive(paths.topic_path(name.tenant, name.namespace, name.local))
@@ -298,7 +302,11 @@ class Broker:
             new_producer_name=self.producer_names.next,
             unacked_limits=limits,
         )
-        topic.compaction = TopicCompaction(name.path, ledger, self.ledgers, self.meta)
+        topic.txns = TransactionIndex(self.meta, name.path, ledger)
+        await topic.txns.load()
+        topic.compaction = TopicCompaction(
+            name.path, ledger, self.ledgers, self.meta, txns=topic.txns
+        )
         await topic.compaction.load()
         await topic.load_subscriptions()
         await self._configure_dedup(topic)
@@ -319,8 +327,15 @@ class Broker:
 
     async def _configure_compaction(self, topic: Topic) -> None:
         if topic.compaction is not None:
-            threshold = (await self.policies(topic.name)).compaction_threshold
-            topic.compaction.threshold = threshold or 0
+            topic.compaction.threshold = await self.compaction_threshold(topic.name)
+
+    async def compaction_threshold(self, name: TopicName) -> int:
+        """Bytes published that start a compaction run of ``name`` (0: never): its topic
+        policy, else its namespace's."""
+        own = await self.topic_policy(name, "compactionThreshold")
+        if isinstance(own, int):
+            return own
+        return (await self.policies(name)).compaction_threshold or 0
 
     async def _configure_dedup(self, topic: Topic) -> None:
         enabled = await self.deduplication(topic.name)

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 from magnetar.broker import formats
 from magnetar.broker.errors import AlreadyExistsError
+from magnetar.broker.transactions import TransactionIndex
 from magnetar.core.entries import Entry
 from magnetar.ledger import LedgerFactory, ManagedLedger
 from magnetar.meta import MetadataStore
@@ -126,6 +127,7 @@ class TopicCompaction:
     last_error: str = ""
     threshold: int = 0  # bytes published since the last run that start one (0: never)
     bytes_since: int = 0  # published since the last run started (counted since loaded)
+    txns: TransactionIndex | None = None  # the topic's Kafka transactions
     _task: asyncio.Task[None] | None = field(default=None, repr=False)
 
     @property
@@ -172,8 +174,12 @@ class TopicCompaction:
             self.state = CompactionState.SUCCESS
 
     async def compact(self) -> CompactedView:
-        """One run (see the module's docstring); the new view is recorded when it returns."""
+        """One run (see the module's docstring); the new view is recorded when it returns.
+        It stops at the last stable offset: a transaction still open is not compacted, and
+        aborted messages and transaction markers are left out of the view."""
         horizon = self.ledger.end_offset
+        if self.txns is not None:
+            horizon = self.txns.last_stable(horizon)
         latest: dict[bytes, int] = {}
         async for entry, _ in self._sources(horizon):
             keys = formats.compaction_keys_of(entry.format, entry.payload) or []
@@ -238,9 +244,12 @@ class TopicCompaction:
             for entry in entries:
                 if entry.base_offset >= horizon:
                     return
-                if entry.next_offset > offset:
+                if entry.next_offset > offset and not self._hidden(entry):
                     yield entry, []
             offset = entries[-1].next_offset
+
+    def _hidden(self, entry: Entry) -> bool:
+        return self.txns is not None and self.txns.hides(entry)
 
     async def delete(self) -> None:
         """Drop the compacted view and its record (the topic is being deleted)."""

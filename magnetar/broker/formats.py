@@ -7,11 +7,13 @@ from magnetar.core.formats import (
     EntryFormat,
     MessageRow,
     Sequence,
+    TransactionMark,
     compaction_keys_of,
     deliver_at_of,
     key_of,
     register,
     sequence_of,
+    transaction_of,
 )
 
 __all__ = [
@@ -21,9 +23,11 @@ __all__ = [
     "EntryFormat",
     "MessageRow",
     "Sequence",
+    "TransactionMark",
     "compaction_keys_of",
     "deliver_at_of",
     "key_of",
     "register",
     "sequence_of",
+    "transaction_of",
 ]

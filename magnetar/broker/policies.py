@@ -102,6 +102,9 @@ class TopicPolicies:
     # retention for this topic (Pulsar's topic-level retention; Kafka's retention.ms/.bytes)
     retentionPolicies: dict[str, int] | None = None
     maxMessageSize: int | None = None  # bytes of one entry (batch), below the broker's limit
+    # bytes published that start a compaction run (0: never; Pulsar's topic-level
+    # compactionThreshold; Kafka's cleanup.policy=compact sets it)
+    compactionThreshold: int | None = None
 
     def to_bytes(self) -> bytes:
         return json.dumps(asdict(self), sort_keys=True).encode()

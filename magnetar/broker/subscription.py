@@ -32,6 +32,7 @@ from magnetar.broker.damage import DamageGuard
 from magnetar.broker.delays import DelayedDeliveryPolicy, DelayIndex
 from magnetar.broker.dispatchers import READ_BATCH, Dispatcher, dispatcher_for
 from magnetar.broker.errors import ConsumerBusyError
+from magnetar.broker.transactions import TransactionIndex
 from magnetar.core.clock import SYSTEM_CLOCK, Clock
 from magnetar.core.entries import Entry
 from magnetar.ledger import ManagedLedger, OffsetOutOfRangeError
@@ -62,6 +63,7 @@ class Subscription:
         delayed: DelayedDeliveryPolicy | None = None,
         clock: Clock = SYSTEM_CLOCK,
         compaction: TopicCompaction | None = None,
+        txns: TransactionIndex | None = None,
     ) -> None:
         self.name = name
         self.dispatcher: Dispatcher = dispatcher_for(self, sub_type)
@@ -92,6 +94,8 @@ class Subscription:
         self._delay_timer: asyncio.TimerHandle | None = None
         self.compaction = compaction  # the topic's compacted view, if it may have one
         self.read_compacted = False  # set by a consumer that asks for it (Exclusive, Failover)
+        self.txns = txns  # the topic's Kafka transactions: dispatch stops at the LSO
+        self._remove_txn_listener = txns.on_change(self.kick) if txns is not None else None
 
     # -- membership ---------------------------------------------------------------------
 
@@ -370,6 +374,29 @@ class Subscription:
         if woken:
             self.kick()
 
+    @property
+    def readable_end(self) -> int:
+        """Where dispatch of new entries stops: the end, or the last stable offset while a
+        Kafka transaction is open (:mod:`transactions`)."""
+        end = self.ledger.end_offset
+        return self.txns.last_stable(end) if self.txns is not None else end
+
+    async def read_new(self, budget: int) -> list[Entry]:
+        """New entries from the read position, below the last stable offset. Markers and
+        aborted transactions' entries among them are acknowledged here, so dispatch passes
+        them over (as settled) and consumers never get them."""
+        entries = await self.damage.read(self, budget)
+        if self.txns is None or not self.txns.used:
+            return entries
+        stop = self.readable_end
+        entries = [e for e in entries if e.base_offset < stop]
+        hidden = [e for e in entries if self.txns.hides(e)]
+        for entry in hidden:
+            self.cursor.ack_range(entry.base_offset, entry.next_offset)
+        if hidden and self.store is not None:
+            self.store.changed()
+        return entries
+
     async def read_replay(self) -> list[Entry]:
         """The entries of the replay set, oldest first, one read batch at most; those that
         retention deleted meanwhile leave the set."""
@@ -432,6 +459,8 @@ class Subscription:
 
     async def aclose(self) -> None:
         self._remove_listener()
+        if self._remove_txn_listener is not None:
+            self._remove_txn_listener()
         if self._delay_timer is not None:
             self._delay_timer.cancel()
         if self._task is not None:

@@ -22,6 +22,7 @@ from magnetar.broker.errors import (
     TopicFencedError,
 )
 from magnetar.broker.subscription import Subscription, SubType, UnackedLimits
+from magnetar.broker.transactions import TransactionIndex
 from magnetar.core.entries import Entry
 from magnetar.core.names import TopicName
 from magnetar.ledger import ManagedLedger
@@ -70,6 +71,7 @@ class Topic:
     counters: TopicCounters = field(default_factory=TopicCounters)  # since loaded
     delayed: DelayedDeliveryPolicy = field(default_factory=DelayedDeliveryPolicy)
     compaction: TopicCompaction | None = None  # its compacted view and runs
+    txns: TransactionIndex | None = None  # Kafka transactions: what readers may not see
     _exclusive_waiters: deque[tuple[Producer, asyncio.Future[None]]] = field(default_factory=deque)
     # Set when the topic is unloaded: publishes are refused from then on, and the unload
     # waits for those already under way before it closes the ledger (Pulsar's fencing).
@@ -98,6 +100,7 @@ class Topic:
                 counters=self.counters,
                 delayed=self.delayed,
                 compaction=self.compaction,
+                txns=self.txns,
             )
 
     # -- producers ----------------------------------------------------------------------
@@ -260,6 +263,18 @@ class Topic:
             await dedup.snapshot()
         return PublishResult(entry)
 
+    async def last_dispatchable(self) -> Entry | None:
+        """The last entry a reader can get, or None: the last one, or while Kafka
+        transactions are in the log, the last below the LSO that is not hidden (Pulsar's
+        getLastDispatchablePosition)."""
+        ledger = self.ledger
+        if self.txns is not None and self.txns.used:
+            return await self.txns.last_visible()
+        if ledger.end_offset <= ledger.start_offset:
+            return None
+        found = await ledger.read(ledger.end_offset - 1, max_entries=1)
+        return found[0] if found else None
+
     # -- subscriptions ------------------------------------------------------------------
 
     async def subscription(
@@ -284,6 +299,7 @@ class Topic:
             counters=self.counters,
             delayed=self.delayed,
             compaction=self.compaction,
+            txns=self.txns,
         )
         self.subscriptions[name] = sub
         return sub
@@ -333,3 +349,5 @@ class Topic:
             await sub.aclose()
         if self.dedup is not None:
             await self.dedup.snapshot()
+        if self.txns is not None:
+            await self.txns.flush()

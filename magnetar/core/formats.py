@@ -20,6 +20,10 @@ PULSAR = 1  # [u32 metadata size][MessageMetadata][payload] as a Pulsar producer
 KAFKA = 2  # a Kafka record batch
 
 
+# The property a Kafka transaction marker (COMMIT or ABORT) carries as a message: in a
+# Pulsar conversion, an offloaded row, a Spark row. Readers drop such messages.
+KAFKA_CONTROL = "magnetar.kafka.control"
+
 DEFAULT_MAX_MESSAGE_SIZE = 5 * 1024 * 1024
 """Largest message or batch, uncompressed, until :func:`limit_message_size` says otherwise
 (Pulsar's and Magnetar's default ``max_message_size``)."""
@@ -210,6 +214,23 @@ def compaction_keys_of(fmt: int, payload: bytes) -> list[tuple[bytes | None, boo
     codec = codec_of(fmt)
     keys = getattr(codec, "compaction_keys", None)
     return keys(payload) if keys is not None else None
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionMark:
+    """What a transactional entry says of its transaction (Kafka's KIP-98 batches)."""
+
+    producer_id: int
+    control: bool  # a COMMIT / ABORT marker, not data
+    commit: bool = False  # for a marker: COMMIT (else ABORT)
+
+
+def transaction_of(fmt: int, payload: bytes) -> TransactionMark | None:
+    """The transaction an entry belongs to, or None for an entry outside any transaction
+    (and for formats that have none)."""
+    codec = codec_of(fmt) if fmt != RAW else None
+    mark = getattr(codec, "transaction", None)
+    return mark(payload) if mark is not None else None
 
 
 class UnknownFormatError(ValueError):

@@ -7,6 +7,9 @@ at or after it); ``limit`` (1..500, default 20). Each message comes with its off
 message id, times, key, properties, producer and value, decoded by the topic's schema (the
 version the message was written with) — see :mod:`magnetar.http.values` for the encodings:
 JSON, Avro records, Pulsar's primitive schemas, text, and base64 where nothing better exists.
+Kafka transactions are shown as readers get them (:mod:`magnetar.broker.transactions`):
+nothing at or after the last stable offset (``lastStableOffset``), no markers, nothing of an
+aborted transaction.
 
 Read-only: it moves no cursor and changes nothing.
 """
@@ -48,6 +51,7 @@ def routes(broker: Broker) -> list[Route]:
             {
                 "startOffset": ledger.start_offset,
                 "endOffset": ledger.end_offset,
+                "lastStableOffset": topic.txns.last_stable() if topic.txns else ledger.end_offset,
                 "schema": schema,
                 "messages": rows,
             }
@@ -107,14 +111,21 @@ class Decoder:
 
 
 async def _read(topic: Topic, start: int, limit: int, decoder: Decoder) -> list[dict[str, Any]]:
+    """Up to ``limit`` messages from ``start``, as a reader gets them: up to the last stable
+    offset, without Kafka transaction markers and aborted transactions."""
     out: list[dict[str, Any]] = []
-    offset, end = start, topic.ledger.end_offset
+    txns = topic.txns if topic.txns is not None and topic.txns.used else None
+    offset = start
+    end = txns.last_stable() if txns is not None else topic.ledger.end_offset
     while len(out) < limit and offset < end:
         entries = await topic.ledger.read(offset, max_entries=limit)
         if not entries:
             break
         for entry in entries:
-            out += _messages(topic, entry, offset, decoder)
+            if entry.base_offset >= end:
+                break
+            if txns is None or not txns.hides(entry):
+                out += _messages(topic, entry, offset, decoder)
             offset = entry.next_offset
     return out[:limit]
 

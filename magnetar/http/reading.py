@@ -152,11 +152,18 @@ async def _partition_plan(
         }
         for s in ledger.segments()
     ]
+    txns = topic.txns if topic.txns is not None and topic.txns.used else None
+    end = txns.last_stable() if txns is not None else ledger.end_offset
     return {
         "index": index,
         "name": part.path,
         "start": ledger.start_offset,
-        "end": ledger.end_offset,
+        # readers stop at the last stable offset and drop markers and aborted transactions
+        "end": end,
+        "transactions": txns is not None,
+        "aborted": [[a.producer_id, a.first, a.last] for a in txns.aborted_in(0, end)]
+        if txns is not None
+        else [],
         "segments": segments,
         "flight": flight_url,
         "store": broker.ledgers.object_store_url,

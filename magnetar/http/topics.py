@@ -182,6 +182,13 @@ def routes(
     )
     get_size, set_size, remove_size = topic_policy("maxMessageSize", message_size, applied_size)
 
+    def threshold(value: Any) -> int:
+        return integer(value, "compactionThreshold", minimum=0, maximum=2**63 - 1)
+
+    get_threshold, set_threshold, remove_threshold = topic_policy(
+        "compactionThreshold", threshold, broker.compaction_threshold
+    )
+
     async def last_message_id(request: web.Request) -> web.Response:
         return ok(await admin.last_message_id(topic_of(request)))
 
@@ -267,6 +274,9 @@ def routes(
         Route("GET", T + "/maxMessageSize", get_size, "Topic max message size (?applied=true)"),
         Route("POST", T + "/maxMessageSize", set_size, "Set topic max message size", "bytes"),
         Route("DELETE", T + "/maxMessageSize", remove_size, "Remove topic max message size"),
+        Route("GET", T + "/compactionThreshold", get_threshold, "Compaction threshold (?applied)"),
+        Route("POST", T + "/compactionThreshold", set_threshold, "Set it", "bytes"),
+        Route("DELETE", T + "/compactionThreshold", remove_threshold, "Remove it"),
         Route("GET", T + "/subscriptions", subscriptions, "List subscriptions"),
         Route("PUT", S, create_subscription, "Create a subscription", "MessageId (optional)"),
         Route("DELETE", S, delete_subscription, "Delete a subscription (?force=true)"),

@@ -41,6 +41,9 @@ class Slice:
     segment: int = -1  # "node" slices: the ledger the storage nodes hold
     replicas: tuple[str, ...] = ()  # "node" slices: Flight URLs of nodes holding the range
     grant: str = ""  # "flight" slices: the read grant the plan carried (authorization on)
+    # Kafka transactions in the range: drop markers, and rows of these aborted ones
+    transactions: bool = False
+    aborted: tuple[tuple[int, int, int], ...] = ()  # (producer id, first, marker offset)
 
 
 def _request(url: str, token: str | None, **kwargs: Any) -> urllib.request.Request:
@@ -160,8 +163,18 @@ def slices(
         for p in plan["partitions"]:
             key = str(p["index"])
             lo, hi = start[topic].get(key, p["start"]), end[topic].get(key, p["end"])
-            out += _partition_slices(plan, p, topic, lo, hi, min_ts, max_ts)
+            found = _partition_slices(plan, p, topic, lo, hi, min_ts, max_ts)
+            out += [_with_transactions(s, p) for s in found] if p.get("transactions") else found
     return out
+
+
+def _with_transactions(s: Slice, p: dict[str, Any]) -> Slice:
+    aborted = tuple(
+        (int(pid), int(first), int(last))
+        for pid, first, last in p.get("aborted", [])
+        if last >= s.start and first < s.end
+    )
+    return dataclasses.replace(s, transactions=True, aborted=aborted)
 
 
 def _partition_slices(

@@ -10,6 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from magnetar.core.formats import KAFKA_CONTROL
 from magnetar.spark.planning import Slice
 from magnetar.tier.object_store import open_object_store
 from magnetar.tier.rows import PARQUET_COLUMNS, to_rows
@@ -79,6 +80,10 @@ def _node(s: Slice) -> Iterator[pa.Table]:
 def _filter(table: pa.Table, s: Slice) -> pa.Table:
     if not table.num_rows:
         return table
+    if s.transactions:
+        table = _committed(table, s)
+        if not table.num_rows:
+            return table
     offsets = table.column("offset")
     inside = offsets[0].as_py() >= s.start and offsets[-1].as_py() < s.end
     if inside and s.min_ts is None and s.max_ts is None:
@@ -90,6 +95,19 @@ def _filter(table: pa.Table, s: Slice) -> pa.Table:
     if s.max_ts is not None:
         mask = pc.and_(mask, pc.less(times, _ts(s.max_ts)))
     return table.filter(mask)
+
+
+def _committed(table: pa.Table, s: Slice) -> pa.Table:
+    """Without Kafka transaction markers and the rows of aborted transactions (a marker's
+    row carries the KAFKA_CONTROL property; an aborted transaction's rows its producer id)."""
+    marker = pc.is_valid(pc.map_lookup(table.column("properties"), KAFKA_CONTROL, "first"))
+    hidden = pc.fill_null(marker, False)
+    offsets, producers = table.column("offset"), table.column("producer_name")
+    for pid, first, last in s.aborted:
+        mine = pc.fill_null(pc.starts_with(producers, f"kafka-{pid}-"), False)
+        inside = pc.and_(pc.greater_equal(offsets, first), pc.less_equal(offsets, last))
+        hidden = pc.or_(hidden, pc.and_(mine, inside))
+    return table.filter(pc.invert(hidden))
 
 
 def _ts(ms: int) -> Any:

@@ -50,6 +50,7 @@ ENDPOINTS: list[tuple[str, str]] = [
     ("POST", X + "/deduplicationEnabled"),
     ("POST", X + "/retention"),
     ("POST", X + "/maxMessageSize"),
+    ("POST", X + "/compactionThreshold"),
     ("PUT", X + "/subscription/fresh-sub"),
     ("PUT", X + "/offload"),
     ("POST", "/admin/v2/schemas/{ns}/x/schema"),

@@ -245,3 +245,34 @@ def test_kafka_entry_format_reads_key_and_sequence() -> None:
 def test_empty_batches_are_refused() -> None:
     with pytest.raises(InvalidRecordError):
         records.encode([])
+
+
+def test_a_compacted_batch_keeps_its_offsets_with_gaps() -> None:
+    from magnetar.broker.compaction import CompactedRecord
+    from magnetar.protocols.kafka.compacted import batch_of
+
+    recs = [Record(b"k%d" % i, b"v%d" % i, 1000 + i) for i in range(4)]
+    stored = records.encode(recs, producer_id=7, producer_epoch=0, base_sequence=0)
+    entry = Entry(40, 4, 1000, 1003, formats.KAFKA, stored)
+    batch = batch_of(CompactedRecord(entry, dropped=[0, 2]))
+    assert batch is not None
+    header = records.read_header(batch)  # validate() refuses gaps: producers send none
+    assert (header.base_offset, header.last_offset_delta, header.record_count) == (40, 3, 2)
+    assert [(r.offset_delta, r.key) for r in records.decode(batch)] == [(1, b"k1"), (3, b"k3")]
+    assert batch_of(CompactedRecord(entry, dropped=[0, 1, 2, 3])) is None
+    assert batch_of(CompactedRecord(entry, dropped=[])) == records.with_base_offset(stored, 40)
+
+
+def test_kafka_compaction_keys_and_markers() -> None:
+    fmt = KafkaEntryFormat()
+    batch = records.encode([Record(b"k", b"v", 1), Record(b"\xff", None, 1)])
+    assert fmt.compaction_keys(batch) == [(b"k", False), (b"/w==", True)]  # base64 if not UTF-8
+    assert fmt.transaction(batch) is None
+    from magnetar.protocols.kafka.entry_format import marker_batch
+
+    marker = marker_batch(5, 1, True, 1)
+    assert fmt.compaction_keys(marker) == [(None, False)]
+    mark = fmt.transaction(marker)
+    assert mark is not None and (mark.producer_id, mark.control, mark.commit) == (5, True, True)
+    rebuilt = fmt.pack(fmt.unpack(marker), 1)  # offloaded and read back: a marker again
+    assert records.read_header(rebuilt).control and fmt.transaction(rebuilt) == mark

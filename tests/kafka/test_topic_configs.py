@@ -1,7 +1,7 @@
 """Topic configs given at creation are applied or refused, never accepted and dropped (issue
 23, item 1): retention.ms / retention.bytes / max.message.bytes become the topic's policies
 (enforced, and reported by DescribeConfigs with their source); a config no topic can have
-(compaction, an unknown name, retention in other than whole minutes or MiB) is refused with
+(an unknown cleanup policy or name, retention in other than whole minutes or MiB) is refused with
 INVALID_CONFIG naming it, and nothing is created."""
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneP
 @pytest.mark.parametrize(
     "config",
     [
-        {"cleanup.policy": "compact"},
+        {"cleanup.policy": "compact,shred"},
         {"max.message.bytes": "10000000"},  # above the broker's 5 MiB
         {"no.such.config": "1"},
         {"retention.ms": "90000"},  # 1.5 minutes: Pulsar keeps whole minutes
@@ -64,12 +64,21 @@ def test_a_config_the_topic_has_anyway_is_accepted_and_reported(bootstrap: str, 
     assert {k: described[k].value for k in config} == config
 
 
-def test_kafka_python_create_with_compact_is_refused(bootstrap: str, topic: str) -> None:
+def test_kafka_python_create_with_compact(bootstrap: str, topic: str) -> None:
+    """cleanup.policy=compact is the topic's compaction policy (tests/kafka/test_compaction.py
+    reads it); an unknown policy is refused."""
+    from kafka.admin import ConfigResource as KpResource
+    from kafka.admin import ConfigResourceType
+
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     try:
-        new = KpNewTopic(topic, 1, 1, topic_configs={"cleanup.policy": "compact"})
+        admin.create_topics([KpNewTopic(topic, 1, 1, topic_configs={"cleanup.policy": "compact"})])
+        configs = admin.describe_configs([KpResource(ConfigResourceType.TOPIC, topic)])
+        policy = configs["topic"][topic]["cleanup.policy"]
+        assert (policy["value"], policy["config_source"]) == ("compact", "DYNAMIC_TOPIC_CONFIG")
+        bad = KpNewTopic(f"{topic}-x", 1, 1, topic_configs={"cleanup.policy": "shred"})
         with pytest.raises(kafka.errors.InvalidConfigurationError, match=r"cleanup\.policy"):
-            admin.create_topics([new])
+            admin.create_topics([bad])
     finally:
         admin.close()
 
@@ -150,7 +159,7 @@ def test_kafka_python_sees_types_sources_and_what_can_change(bootstrap: str, top
         retention = configs["topic"][topic]["retention.bytes"]
         assert (retention["config_type"], retention["read_only"]) == ("LONG", False)
         assert retention["config_source"] == "DEFAULT_CONFIG" and retention["value"] == "-1"
-        assert configs["topic"][topic]["cleanup.policy"]["read_only"] is True
+        assert configs["topic"][topic]["cleanup.policy"]["read_only"] is False
         node = admin._client.least_loaded_node()
         broker = admin.describe_configs([KpResource(ConfigResourceType.BROKER, node)], **everything)
         listeners = broker["broker"][str(node)]["advertised.listeners"]

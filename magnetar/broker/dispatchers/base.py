@@ -106,9 +106,9 @@ class InOrderDispatcher:
     async def _dispatch_new(self, epoch: int) -> bool:
         """Read and send new entries; False when nothing more can go now."""
         sub = self.sub
-        if sub.read_position >= sub.ledger.end_offset:
+        if sub.read_position >= sub.readable_end:
             return False
-        entries = await sub.damage.read(sub, read_budget(self.consumers))
+        entries = await sub.read_new(read_budget(self.consumers))
         if epoch != sub.epoch:
             return True  # a seek meanwhile: start again from the new position
         return bool(entries) and sub.send(entries, replay=False) > 0

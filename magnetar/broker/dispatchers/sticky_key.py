@@ -75,8 +75,8 @@ class StickyKeyDispatcher(InOrderDispatcher):
             replayed = await sub.read_replay() if sub.replay else []
             fresh: list[Entry] = []
             # New entries only while every waiting one was looked at (their keys hold back).
-            if len(sub.replay) < LOOK_AHEAD and sub.read_position < sub.ledger.end_offset:
-                fresh = await sub.damage.read(sub, read_budget(self.consumers))
+            if len(sub.replay) < LOOK_AHEAD and sub.read_position < sub.readable_end:
+                fresh = await sub.read_new(read_budget(self.consumers))
             if epoch != sub.epoch:
                 continue
             if not self._send_by_key(replayed, fresh):

@@ -166,9 +166,13 @@ def topic_policies(svc: Service, configs: list[Any]) -> TopicPolicies:
       whole minutes and MiB: other values are refused; -1 is unlimited; one given alone
       leaves the other unlimited, as Kafka's defaults are);
     - ``max.message.bytes``: the topic's maxMessageSize (1 .. the broker's limit);
-    - ``cleanup.policy=delete``, ``message.timestamp.type=CreateTime`` and
-      ``compression.type=producer`` are what every topic does; other values are refused
-      (no compaction, no broker timestamps, batches are stored as produced).
+    - ``cleanup.policy``: ``compact`` (alone or with ``delete``) is the topic's compaction
+      threshold policy, :data:`COMPACTION_THRESHOLD` bytes (Pulsar's compaction, latest value
+      per key); ``delete`` alone sets it to 0 (never compacted, whatever the namespace says).
+      Retention (``retention.ms``/``.bytes``) applies either way, as with ``compact,delete``;
+    - ``message.timestamp.type=CreateTime`` and ``compression.type=producer`` are what every
+      topic does; other values are refused (no broker timestamps, batches are stored as
+      produced).
     """
     retention: dict[str, int] = {}
     policies = TopicPolicies()
@@ -184,6 +188,8 @@ def topic_policies(svc: Service, configs: list[Any]) -> TopicPolicies:
             if not 0 < size <= limit:
                 raise ConfigError(f"max.message.bytes={value}: use 1..{limit} (the broker's limit)")
             policies.maxMessageSize = size
+        elif name == "cleanup.policy":
+            policies.compactionThreshold = COMPACTION_THRESHOLD if compacts(value) else 0
         elif name in FIXED_CONFIGS:
             if value != FIXED_CONFIGS[name][0]:
                 raise ConfigError(f"{name}={value} is not supported: {FIXED_CONFIGS[name][1]}")
@@ -196,12 +202,27 @@ def topic_policies(svc: Service, configs: list[Any]) -> TopicPolicies:
     return policies
 
 
+COMPACTION_THRESHOLD = 100 * 1024 * 1024
+"""Bytes published that start a compaction run of a ``cleanup.policy=compact`` topic (change
+it with Pulsar's topic policy ``.../{topic}/compactionThreshold``)."""
+CLEANUP_POLICIES = ("delete", "compact")
+
+
+def cleanup_policies(value: str | None) -> list[str]:
+    """The policies of a ``cleanup.policy`` list; ConfigError for anything else."""
+    found = [v.strip() for v in (value or "").split(",") if v.strip()]
+    if not found or any(v not in CLEANUP_POLICIES for v in found):
+        raise ConfigError(
+            f"cleanup.policy={value!r} is not supported: use delete, compact or compact,delete"
+        )
+    return found
+
+
+def compacts(value: str | None) -> bool:
+    return "compact" in cleanup_policies(value)
+
+
 FIXED_CONFIGS = {  # configs every topic has one value of: (the value, why no other)
-    "cleanup.policy": (
-        "delete",
-        "Kafka-written records are not compacted (topic compaction keeps the latest value "
-        "per key of Pulsar producers' messages only): use delete",
-    ),
     "message.timestamp.type": ("CreateTime", "records keep the producer's timestamp"),
     "compression.type": ("producer", "batches are stored as the producer compressed them"),
 }
@@ -316,8 +337,14 @@ async def _topic_configs(svc: Service, name: str) -> list[Response]:
         if isinstance(own_size, int)
         else (svc.settings.max_message_size + records.BATCH_PADDING, _DEFAULT_CONFIG)
     )
+    own_threshold = await svc.broker.topic_policy(topic, "compactionThreshold")
+    if isinstance(own_threshold, int):
+        threshold, threshold_source = own_threshold, _TOPIC_CONFIG
+    else:
+        threshold = (await svc.broker.policies(topic)).compaction_threshold or 0
+        threshold_source = _NAMESPACE_CONFIG if threshold else _DEFAULT_CONFIG
     values = [
-        ("cleanup.policy", "delete", _DEFAULT_CONFIG),
+        ("cleanup.policy", "compact" if threshold > 0 else "delete", threshold_source),
         ("retention.ms", str(minutes * 60_000 if minutes > 0 else -1), retention_source),
         ("retention.bytes", str(size_mb * MiB if size_mb > 0 else -1), retention_source),
         ("max.message.bytes", str(size), size_source),
@@ -342,7 +369,7 @@ def _config(name: str, value: str, source: int) -> Response:
     }
 
 
-_CHANGEABLE = frozenset({"retention.ms", "retention.bytes", "max.message.bytes"})
+_CHANGEABLE = frozenset({"retention.ms", "retention.bytes", "max.message.bytes", "cleanup.policy"})
 _BOOLEAN, _STRING, _INT, _LONG, _LIST = 1, 2, 3, 5, 7  # Kafka's ConfigType
 _TYPES = {
     "retention.ms": _LONG,

@@ -2,12 +2,14 @@
 policies, the same ones CreateTopics writes and Pulsar's topic REST reads.
 
 ``retention.ms`` / ``retention.bytes`` are the topic's retention policy (whole minutes / MiB,
-Pulsar's units; -1 unlimited) and ``max.message.bytes`` its maxMessageSize; the fixed configs
-(``cleanup.policy=delete`` ...) take only their one value, anything else is refused with
-INVALID_CONFIG naming it (see ``admin.topic_policies``). AlterConfigs replaces the topic's
-whole Kafka config, as Kafka does: a config left out goes back to its default (the
-namespace's policy or the broker's setting). IncrementalAlterConfigs changes only the
-configs it names: SET, DELETE (back to the default), APPEND / SUBTRACT for list configs.
+Pulsar's units; -1 unlimited), ``max.message.bytes`` its maxMessageSize and
+``cleanup.policy`` (``compact`` or ``delete``, a list: APPEND / SUBTRACT work) its compaction
+threshold; the fixed configs (``compression.type=producer`` ...) take only their one value,
+anything else is refused with INVALID_CONFIG naming it (see ``admin.topic_policies``).
+AlterConfigs replaces the topic's whole Kafka config, as Kafka does: a config left out goes
+back to its default (the namespace's policy or the broker's setting).
+IncrementalAlterConfigs changes only the configs it names: SET, DELETE (back to the
+default), APPEND / SUBTRACT for list configs.
 Durable, and followed by the topic's partitions, when answered; ``validate_only`` checks
 without storing. Broker configs are static (flags and settings file): INVALID_CONFIG.
 """
@@ -89,6 +91,7 @@ async def _alter_resource(svc: Service, r: Any, incremental: bool, validate_only
             current,
             retentionPolicies=given.retentionPolicies,
             maxMessageSize=given.maxMessageSize,
+            compactionThreshold=given.compactionThreshold,
         )
     if validate_only or wanted == current:
         return
@@ -101,7 +104,9 @@ def _incremental(svc: Service, policies: TopicPolicies, configs: list[Any]) -> T
     nothing is applied then)."""
     for c in configs:
         name, op, value = c.name, c.config_operation, c.value
-        if op in (APPEND, SUBTRACT):
+        if op in (APPEND, SUBTRACT) and name == "cleanup.policy":
+            policies = _list_op(svc, policies, op, value)
+        elif op in (APPEND, SUBTRACT):
             _refuse_list_op(name, op, value)
         elif op == DELETE:
             policies = _without(policies, name)
@@ -123,6 +128,8 @@ def _with(svc: Service, policies: TopicPolicies, name: str, value: str | None) -
         return replace(policies, retentionPolicies=retention)
     if name == "max.message.bytes":
         return replace(policies, maxMessageSize=given.maxMessageSize)
+    if name == "cleanup.policy":
+        return replace(policies, compactionThreshold=given.compactionThreshold)
     return policies  # a fixed config given its one value
 
 
@@ -135,17 +142,28 @@ def _without(policies: TopicPolicies, name: str) -> TopicPolicies:
         return replace(policies, retentionPolicies=None if retention == _UNLIMITED else retention)
     if name == "max.message.bytes":
         return replace(policies, maxMessageSize=None)
+    if name == "cleanup.policy":
+        return replace(policies, compactionThreshold=None)
     if name in admin.FIXED_CONFIGS:
         return policies  # already its default, its only value
     raise ConfigError(f"topic config {name!r} is not supported")
 
 
+def _list_op(svc: Service, policies: TopicPolicies, op: int, value: str | None) -> TopicPolicies:
+    """APPEND / SUBTRACT on cleanup.policy: the topic's own list (compact when it has a
+    compaction threshold, else delete) with ``value``'s policies added or taken away; taking
+    compact away leaves delete (retention applies to a compacted topic as well)."""
+    current = ["compact"] if (policies.compactionThreshold or 0) > 0 else ["delete"]
+    given = admin.cleanup_policies(value)
+    if op == APPEND:
+        wanted = current + [p for p in given if p not in current]
+    else:
+        wanted = [p for p in current if p not in given]
+    if not wanted:  # a compacted topic's retention applies too (compact,delete): delete
+        wanted = ["delete"]
+    return _with(svc, policies, "cleanup.policy", ",".join(wanted))
+
+
 def _refuse_list_op(name: str, op: int, value: str | None) -> NoReturn:
     what = "APPEND" if op == APPEND else "SUBTRACT"
-    if name == "cleanup.policy":
-        raise ConfigError(
-            f"{what} {value!r} to cleanup.policy is not supported: Kafka-written records are "
-            "not compacted (topic compaction covers Pulsar producers' messages), "
-            "cleanup.policy stays delete"
-        )
     raise ConfigError(f"{what} is only for list configs; {name!r} is not one (use SET)")

@@ -22,6 +22,7 @@ import struct
 
 from magnetar.broker import formats
 from magnetar.core.entries import Entry
+from magnetar.core.formats import KAFKA_CONTROL
 from magnetar.protocols.kafka import properties, records
 from magnetar.protocols.kafka.errors import CorruptRecordError, KafkaProtocolError
 from magnetar.protocols.kafka.records import Record
@@ -33,9 +34,8 @@ from magnetar.protocols.pulsar.errors import ProtocolError
 log = logging.getLogger(__name__)
 _U32 = struct.Struct(">I")
 CONVERSION_ERROR = "magnetar.conversion.error"
-# a Kafka transaction marker seen by a Pulsar reader: an empty message with this property
-# (COMMIT or ABORT), so message ids still line up with offsets
-KAFKA_CONTROL = "magnetar.kafka.control"
+# A Kafka transaction marker, were a Pulsar reader to get one (dispatch hides them), is an
+# empty message with the property KAFKA_CONTROL (COMMIT or ABORT).
 
 
 def producer_name(producer_id: int) -> str:

@@ -23,12 +23,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from magnetar.broker import Topic
+from magnetar.broker.compaction import CompactedView
 from magnetar.core.errors import MagnetarError
 from magnetar.ledger import ManagedLedger
-from magnetar.protocols.kafka import records
+from magnetar.protocols.kafka import compacted, records
 from magnetar.protocols.kafka.conversion import to_kafka_batch
 from magnetar.protocols.kafka.errors import ErrorCode, error_code_of
-from magnetar.protocols.kafka.idempotence import ProducerStates
 from magnetar.protocols.kafka.service import Service, Session
 from magnetar.protocols.kafka.timestamps import MAX_TIMESTAMP, max_timestamp_offset
 from magnetar.protocols.kafka.wire import Request
@@ -36,6 +36,7 @@ from magnetar.protocols.kafka.wire import Request
 log = logging.getLogger(__name__)
 LATEST, EARLIEST = -1, -2
 MAX_ENTRIES = 10_000
+COMPACTED_RECORDS = 500  # entries of the compacted view one fetch of a partition reads
 
 
 @dataclass(eq=False)
@@ -46,7 +47,6 @@ class _Part:
     max_bytes: int
     committed_only: bool = False  # isolation.level=read_committed
     topic: Topic | None = None
-    states: ProducerStates | None = None
     error: ErrorCode = ErrorCode.NONE
     batches: list[bytes] = field(default_factory=list)
     size: int = 0
@@ -78,7 +78,6 @@ async def fetch(svc: Service, session: Session, req: Request) -> dict[str, Any]:
 async def _resolve(svc: Service, part: _Part) -> None:
     try:
         part.topic = await svc.topics.partition(part.topic_name, part.index)
-        part.states = await svc.producer_states(part.topic)
     except MagnetarError as e:
         part.error = error_code_of(e)
 
@@ -98,12 +97,19 @@ async def _read_all(parts: list[_Part], max_bytes: int) -> int:
 async def _read(part: _Part, limit: int) -> None:
     assert part.topic is not None
     ledger = part.topic.ledger
-    if part.offset < ledger.start_offset or part.offset > ledger.end_offset:
+    if part.offset < compacted.log_start(part.topic) or part.offset > ledger.end_offset:
         part.error = ErrorCode.OFFSET_OUT_OF_RANGE
         return
+    position = part.offset
+    view = compacted.view_of(part.topic)
+    if view is not None and position < view.horizon:
+        await _read_compacted(part, view, limit)
+        if part.batches or part.error:
+            return
+        position = view.horizon  # nothing of the view is left after the fetch offset
     stop = _last_stable(part) if part.committed_only else ledger.end_offset
     try:
-        entries = await ledger.read(part.offset, max_entries=MAX_ENTRIES, max_bytes=limit)
+        entries = await ledger.read(position, max_entries=MAX_ENTRIES, max_bytes=limit)
         for entry in entries:
             if entry.base_offset >= stop:
                 break
@@ -115,6 +121,23 @@ async def _read(part: _Part, limit: int) -> None:
             # the client drops the records of the first batch below the offset it asked for
             skipped = max(0, part.offset - entry.base_offset)
             part.topic.counters.delivered(entry.count - skipped, len(batch))
+    except MagnetarError as e:
+        part.error = error_code_of(e)
+
+
+async def _read_compacted(part: _Part, view: CompactedView, limit: int) -> None:
+    """Batches of the compacted view from the fetch offset (see :mod:`compacted`)."""
+    assert part.topic is not None
+    try:
+        for record in await view.read(part.offset, COMPACTED_RECORDS):
+            batch = compacted.batch_of(record)
+            if batch is None:
+                continue
+            if part.batches and part.size + len(batch) > limit:
+                break
+            part.batches.append(batch)
+            part.size += len(batch)
+            part.topic.counters.delivered(record.entry.count - len(record.dropped), len(batch))
     except MagnetarError as e:
         part.error = error_code_of(e)
 
@@ -138,18 +161,19 @@ async def _wait_for_append(parts: list[_Part], timeout: float) -> bool:
 def _last_stable(part: _Part) -> int:
     assert part.topic is not None
     end = part.topic.ledger.end_offset
-    return part.states.last_stable(end) if part.states is not None else end
+    return part.topic.txns.last_stable(end) if part.topic.txns is not None else end
 
 
 def _aborted(part: _Part) -> list[dict[str, int]]:
     """The aborted transactions a read_committed client must drop from what it gets."""
-    if not part.committed_only or part.states is None or not part.batches:
+    txns = part.topic.txns if part.topic is not None else None
+    if not part.committed_only or txns is None or not part.batches:
         return []
     last = records.read_header(part.batches[-1])
     end = last.base_offset + last.last_offset_delta + 1
     return [
-        {"producer_id": pid, "first_offset": first}
-        for pid, first in part.states.aborted_in(part.offset, end)
+        {"producer_id": a.producer_id, "first_offset": a.first}
+        for a in txns.aborted_in(part.offset, end)
     ]
 
 
@@ -160,7 +184,7 @@ def _respond(parts: list[_Part]) -> list[dict[str, Any]]:
         if part.topic is not None:
             ledger = part.topic.ledger
             hw, lso = ledger.end_offset, _last_stable(part)
-            start = ledger.start_offset
+            start = compacted.log_start(part.topic)
         by_topic.setdefault(part.topic_name, []).append(
             {
                 "partition_index": part.index,
@@ -189,8 +213,10 @@ async def list_offsets(svc: Service, session: Session, req: Request) -> dict[str
             try:
                 topic = await svc.topics.partition(t.name, p.partition_index)
                 ts, offset = await _offset_for(topic.ledger, p.timestamp)
-                if p.timestamp == LATEST and committed_only:  # the last stable offset
-                    offset = (await svc.producer_states(topic)).last_stable(offset)
+                if p.timestamp == EARLIEST:
+                    offset = compacted.log_start(topic)
+                if p.timestamp == LATEST and committed_only and topic.txns is not None:
+                    offset = topic.txns.last_stable(offset)  # the last stable offset
             except MagnetarError as e:
                 error = error_code_of(e)
             parts.append(

@@ -9,19 +9,16 @@ Durability: the ids and sequences are stored *with the entry* (the batch header)
 restart :meth:`ProducerStates.load` rebuilds the state from the partition's last
 :data:`SCAN_OFFSETS` offsets; a retry that reaches a restarted server is still recognised.
 
-Transactions (KIP-98) of the partition are known the same way: a transactional batch opens
-its producer's transaction here (at the offset it was admitted at, or before), a control
-batch (COMMIT / ABORT marker) closes it. The last stable offset is the first offset of the
-oldest open transaction (the end offset when none is open); aborted transactions are kept
-as (producer id, first offset, marker offset) for read_committed fetches. A marker also
-moves the producer to the marker's epoch, so a producer fenced by its coordinator is refused.
+The partition's transactions (KIP-98: open, aborted, the last stable offset) are the
+broker's :class:`~magnetar.broker.transactions.TransactionIndex`, which every reader follows;
+here a marker only moves its producer to the marker's epoch, so a producer fenced by its
+coordinator is refused.
 """
 
 from __future__ import annotations
 
 import asyncio
 import enum
-import struct
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -29,7 +26,7 @@ from magnetar.broker import formats
 from magnetar.core.errors import MagnetarError
 from magnetar.ledger import ManagedLedger
 from magnetar.protocols.kafka import records
-from magnetar.protocols.kafka.errors import ErrorCode, KafkaProtocolError, NotStoredError
+from magnetar.protocols.kafka.errors import ErrorCode, NotStoredError
 
 KEPT_BATCHES = 5  # Kafka keeps the last 5 (max.in.flight.requests.per.connection ≤ 5)
 SCAN_OFFSETS = 100_000
@@ -67,8 +64,6 @@ class ProducerStates:
 
     def __init__(self) -> None:
         self._producers: dict[int, _Producer] = {}
-        self.open_txns: dict[int, int] = {}  # producer id → first offset of its transaction
-        self.aborted: list[tuple[int, int, int]] = []  # (producer id, first, marker offset)
 
     async def load(self, ledger: ManagedLedger) -> None:
         """Rebuild from the KAFKA entries among the last SCAN_OFFSETS offsets."""
@@ -89,9 +84,7 @@ class ProducerStates:
     def _replay(self, payload: bytes, base_offset: int) -> None:
         header = records.read_header(payload)
         if header.control:
-            self.marker(header.producer_id, header.producer_epoch, _commits(payload), base_offset)
-        elif header.transactional:
-            self.open_txns.setdefault(header.producer_id, base_offset)
+            self.marker(header.producer_id, header.producer_epoch)
         if header.producer_id < 0 or header.base_sequence < 0:
             return
         state = self._producers.get(header.producer_id)
@@ -142,29 +135,12 @@ class ProducerStates:
 
     # -- transactions ----------------------------------------------------------------------
 
-    def writing(self, header: records.BatchHeader, at_least: int) -> None:
-        """A batch is admitted whose offset will be ``at_least`` or more: a transactional one
-        opens its producer's transaction here if none is open."""
-        if header.transactional and not header.control:
-            self.open_txns.setdefault(header.producer_id, at_least)
-
-    def marker(self, producer_id: int, epoch: int, commit: bool, offset: int) -> None:
-        """A COMMIT / ABORT marker of ``producer_id`` was stored at ``offset``."""
-        first = self.open_txns.pop(producer_id, None)
-        if first is not None and not commit:
-            self.aborted.append((producer_id, first, offset))
+    def marker(self, producer_id: int, epoch: int) -> None:
+        """A COMMIT / ABORT marker of ``producer_id`` with ``epoch`` was stored: a producer
+        fenced by its coordinator (a newer epoch) starts afresh."""
         state = self._producers.get(producer_id)
-        if state is not None and epoch > state.epoch:  # fenced: its next epoch starts afresh
+        if state is not None and epoch > state.epoch:
             self._producers[producer_id] = _Producer(epoch, -1)
-
-    def last_stable(self, end_offset: int) -> int:
-        """The offset below which every transaction is decided."""
-        return min(self.open_txns.values(), default=end_offset)
-
-    def aborted_in(self, start: int, end: int) -> list[tuple[int, int]]:
-        """(producer id, first offset) of the aborted transactions that overlap
-        ``start..end`` (what a read_committed fetch of that range must skip)."""
-        return [(p, first) for p, first, last in self.aborted if last >= start and first < end]
 
     def stored(self, batch: _Batch | None, base_offset: int) -> None:
         if batch is not None and not batch.offset.done():
@@ -189,13 +165,3 @@ class ProducerStates:
         if not batch.offset.done():
             batch.offset.set_exception(NotStoredError("the original write of this batch failed"))
             batch.offset.exception()  # retrieved: a waiting duplicate gets it re-raised
-
-
-def _commits(control_batch: bytes) -> bool:
-    """Whether a control batch is a COMMIT marker (its record key: version, type 1)."""
-    try:
-        (record,) = records.decode(control_batch)
-    except (KafkaProtocolError, ValueError):
-        return False  # unreadable: treated as an abort (nothing of it is shown)
-    key = record.key or b""
-    return len(key) >= 4 and struct.unpack_from(">h", key, 2)[0] == 1

@@ -106,6 +106,9 @@ async def _produce_partition(
             if topic is None:
                 topic = await svc.topics.partition(topic_name, index, create=True)
             states = await svc.producer_states(topic)
+            for _, header in batches:  # recorded open before anything of it is stored
+                if header.transactional and topic.txns is not None:
+                    await topic.txns.opening(header.producer_id, topic.ledger.end_offset)
             started: list[asyncio.Future[int]] = []
             try:
                 for batch, header in batches:
@@ -196,7 +199,6 @@ async def _admit(
         assert check.duplicate_of is not None
         return asyncio.ensure_future(asyncio.shield(check.duplicate_of.offset))
     pushed = states.pushing(header)
-    states.writing(header, topic.ledger.end_offset)  # a transaction opens here, or later
     timestamp = header.max_timestamp if header.max_timestamp >= 0 else None
 
     async def store() -> int:

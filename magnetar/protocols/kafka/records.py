@@ -184,21 +184,25 @@ def encode(
     base_sequence: int = -1,
     leader_epoch: int = -1,
     attributes: int = 0,
+    last_offset_delta: int | None = None,
 ) -> bytes:
     """A v2 batch of ``records`` (offset deltas 0..n-1, in order); ``attributes`` adds flag
-    bits (TRANSACTIONAL, CONTROL) to the codec's."""
+    bits (TRANSACTIONAL, CONTROL) to the codec's. With ``last_offset_delta`` the records keep
+    their own ``offset_delta`` (increasing, at most it): a compacted batch, with gaps, whose
+    offsets are those of the batch it came from, as Kafka's log cleaner writes them."""
     if not records:
         raise InvalidRecordError("a record batch needs at least one record")
     base_ts = min(r.timestamp for r in records)
     max_ts = max(r.timestamp for r in records)
-    body = b"".join(_encode_record(i, r, base_ts) for i, r in enumerate(records))
+    deltas = range(len(records)) if last_offset_delta is None else [r.offset_delta for r in records]
+    body = b"".join(_encode_record(d, r, base_ts) for d, r in zip(deltas, records, strict=True))
     body = compression.compress(codec, body)
     n = len(records)
     after_crc = (
         struct.pack(
             ">hiqqqhii",
             codec | attributes,
-            n - 1,
+            n - 1 if last_offset_delta is None else last_offset_delta,
             base_ts,
             max_ts,
             producer_id,

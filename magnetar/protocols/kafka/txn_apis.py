@@ -3,16 +3,16 @@ AddOffsetsToTxn, TxnOffsetCommit and EndTxn, served by this node's
 :class:`~magnetar.protocols.kafka.transactions.TransactionCoordinator` (one per listener,
 started with the server). Markers are written here: a control batch per partition, stored
 as a KAFKA entry like any batch, which also closes the producer's transaction in the
-partition's ``ProducerStates``. On several brokers a marker for a partition another broker
-serves is written there (``POST /magnetar/v1/kafka/txn-markers``, Kafka's WriteTxnMarkers
-between brokers), and a transaction call reaching a broker that does not coordinate its id
-is answered NOT_COORDINATOR, so the client finds the coordinator again.
+partition's :class:`~magnetar.broker.transactions.TransactionIndex`. On several brokers a
+marker for a partition another broker serves is written there
+(``POST /magnetar/v1/kafka/txn-markers``, Kafka's WriteTxnMarkers between brokers), and a
+transaction call reaching a broker that does not coordinate its id is answered
+NOT_COORDINATOR, so the client finds the coordinator again.
 """
 
 from __future__ import annotations
 
 import asyncio
-import struct
 import time
 import weakref
 from types import SimpleNamespace
@@ -22,7 +22,8 @@ import aiohttp
 
 from magnetar.broker.formats import KAFKA
 from magnetar.core.errors import MagnetarError
-from magnetar.protocols.kafka import groups, records
+from magnetar.protocols.kafka import groups
+from magnetar.protocols.kafka.entry_format import marker_batch
 from magnetar.protocols.kafka.errors import (
     ErrorCode,
     RefusedError,
@@ -136,20 +137,16 @@ async def marker_here(
     states = await svc.producer_states(part)
     session = _MARKER_SESSIONS.setdefault(svc, Session(client_id="txn-markers"))
     now = int(time.time() * 1000)
-    control = records.Record(struct.pack(">hh", 0, int(commit)), struct.pack(">hi", 0, 0), now)
-    batch = records.encode(
-        [control],
-        producer_id=producer_id,
-        producer_epoch=epoch,
-        attributes=records.TRANSACTIONAL | records.CONTROL,
-    )
+    batch = marker_batch(producer_id, epoch, commit, now)
     producer = await session.producer(part)
     result = await part.publish(
         producer, batch, count=1, sequence=None, publish_time=now, event_time=now, fmt=KAFKA
     )
     offset = result.entry.base_offset if result.entry is not None else part.ledger.end_offset - 1
-    states.marker(producer_id, epoch, commit, offset)
+    states.marker(producer_id, epoch)
     coordinator(svc).marker_written(producer_id, topic, index)
+    if part.txns is not None:
+        part.txns.ended(producer_id, commit, offset)
 
 
 async def commit_offsets(svc: Service, group: str, staged: Offsets) -> None:

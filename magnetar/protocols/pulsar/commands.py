@@ -479,9 +479,8 @@ class Commands:
             return
         ledger = handle.topic.ledger
         mid = MessageId(ledger.segments()[-1].segment_id, -1, -1, handle.partition)
-        last = None
-        if ledger.end_offset > ledger.start_offset:
-            [last] = (await ledger.read(ledger.end_offset - 1, max_entries=1))[:1]
+        last = await handle.topic.last_dispatchable()
+        if last is not None:
             batched = True  # entries of other protocols reach Pulsar consumers as batches
             if last.format == PULSAR:
                 metadata = entry_format.metadata_of(last.payload)
