@@ -27,7 +27,7 @@ from magnetar.storage import (
     SegmentNotLocalError,
     SegmentState,
 )
-from magnetar.tier import ObjectNotFoundError, Tier, ValueSchema, key_of
+from magnetar.tier import ObjectNotFoundError, Tier, ValueSchema, keys_of
 
 log = logging.getLogger(__name__)
 
@@ -364,8 +364,10 @@ class ManagedLedger:
         )
         try:
             entries = await self._entries_of(info)
-            manifest, rows = await asyncio.to_thread(
-                tier.offloader.offload_table, self.name, info, entries, attempt
+            # With a table, the segment's objects are its data files (bytes written once).
+            to_files = tier.iceberg.data_files(self.name, value_schema) if tier.iceberg else None
+            manifest, _ = await asyncio.to_thread(
+                tier.offloader.offload_table, self.name, info, entries, attempt, to_files
             )
             details: dict[str, Any] = {
                 "attempts": recorded,
@@ -376,9 +378,11 @@ class ManagedLedger:
                 "offloadedMs": manifest.offloaded_ms,
                 "store": tier.store.url,
             }
+            if manifest.objects:
+                details["objects"] = manifest.keys
             if tier.iceberg is not None:
                 details["iceberg"] = await table_commits.commit(
-                    self, tier, info, attempt, rows, value_schema, details
+                    self, tier, info, attempt, manifest.keys, value_schema, details
                 )
             return await self.storage.update_segment(
                 self.name, segment_id, state=SegmentState.OFFLOADED, offload=details
@@ -521,9 +525,10 @@ class ManagedLedger:
             return
         try:
             if seg.state is SegmentState.OFFLOADED or seg.offload.get("key"):
-                key = key_of(self.name, seg)
-                tier.reader.forget(key)
-                await asyncio.to_thread(tier.offloader.delete, key)
+                keys = keys_of(self.name, seg)
+                tier.reader.forget(keys)
+                for key in keys:
+                    await asyncio.to_thread(tier.offloader.delete, key)
             for attempt in attempts.attempts_of(seg):
                 await asyncio.to_thread(
                     tier.offloader.delete_attempt, self.name, seg.segment_id, attempt

@@ -2,8 +2,9 @@
 
 The order, each step durable before the next::
 
-    1. the tier's object is written and verified (the OFFLOADED rule), then the segment's
-       Iceberg data files are written under the same attempt's prefix;
+    1. the segment's objects — the table's data files, typed columns beside the columns
+       that rebuild its entries — are written under the attempt's prefix and verified
+       (the OFFLOADED rule); the table is created or its schema widened;
     2. the *intent* is recorded in the segment record: ``offload["iceberg"]`` names the
        attempt and its files, ``committed: false`` (state still OFFLOADING);
     3. one append snapshot registers the files (its summary names segment and offsets);
@@ -26,8 +27,6 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-
 from magnetar.ledger import offload_attempts as attempts
 from magnetar.storage import SegmentInfo, SegmentState
 from magnetar.tier import (
@@ -36,9 +35,8 @@ from magnetar.tier import (
     Tier,
     ValueSchema,
     attempt_prefix,
-    key_of,
 )
-from magnetar.tier.iceberg import identifier
+from magnetar.tier.iceberg import identifier, table_schema
 
 if TYPE_CHECKING:
     from magnetar.ledger.managed_ledger import ManagedLedger
@@ -77,21 +75,16 @@ async def commit(
     tier: Tier,
     info: SegmentInfo,
     attempt: str,
-    rows: pa.Table,
+    keys: list[str],
     value_schema: ValueSchema | None,
     details: dict[str, Any],
 ) -> dict[str, Any]:
-    """Steps 1–3 for a verified segment; returns the ``offload["iceberg"]`` record of step 4.
-    On failure the caller abandons the attempt (:func:`undo` first)."""
+    """Steps 2–3 for a segment whose objects ``keys`` (its data files, written with
+    ``tier.iceberg.data_files``) are verified; returns the ``offload["iceberg"]`` record of
+    step 4. On failure the caller abandons the attempt (:func:`undo` first)."""
     assert tier.iceberg is not None
-    keys = await asyncio.to_thread(
-        tier.iceberg.write_files,
-        ledger.name,
-        info.segment_id,
-        attempt_prefix(ledger.name, info.segment_id, attempt),
-        rows,
-        value_schema,
-    )
+    schema = table_schema(value_schema, tier_columns=True)
+    await asyncio.to_thread(tier.iceberg.ensure_table, ledger.name, schema)
     intent = {"attempt": attempt, "files": keys, "committed": False}
     await ledger.storage.update_segment(
         ledger.name, info.segment_id, offload={**details, "iceberg": intent}
@@ -158,7 +151,7 @@ async def reconcile(ledger: ManagedLedger, tier: Tier, info: SegmentInfo) -> Seg
         )
         return None
     offload.pop("iceberg", None)
-    for name in ("key", "sha256", "rows", "size", "offloadedMs", "store"):
+    for name in ("key", "objects", "sha256", "rows", "size", "offloadedMs", "store"):
         offload.pop(name, None)  # the object of an attempt that did not finish
     return await ledger.storage.update_segment(
         ledger.name, info.segment_id, offload=offload or None
@@ -212,7 +205,7 @@ async def register(
                 f"segment {segment_id} of {ledger.name}: an earlier registration cannot be "
                 "checked now (is the catalog reachable?); retrying later"
             )
-    rows = await asyncio.to_thread(tier.reader.layout, key_of(ledger.name, info))
+    rows = await asyncio.to_thread(tier.reader.layout, ledger.name, info)
     live = attempts.live_attempt(info, uploading=False)
     prefix = (
         attempt_prefix(ledger.name, segment_id, live)

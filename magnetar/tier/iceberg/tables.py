@@ -5,14 +5,18 @@ Iceberg REST catalog. The warehouse is the tier's object store (``<tier>/iceberg
 table of ``tenant/ns/topic`` is ``tenant.ns.topic`` at ``<tier>/iceberg/tenant/ns/topic``,
 one table for all partitions of a partitioned topic (``__partition``).
 
-A segment's data files are written under its offload attempt's prefix in the object store
-(``<partition>/<segment>/<attempt>/iceberg-<day>.pq``, one per UTC day of publish time)
-and registered with ``add_files`` in one append snapshot whose summary names the segment
-and its offsets (``magnetar.segments``). So what an attempt wrote is found and deleted by
-its id like the tier's own objects, and a reader can tell which offsets a snapshot added.
-The files are Iceberg's, beside the tier's Parquet object rather than that object itself:
-the tier's layout keeps the bytes that rebuild the original entries (batches, compression,
-Kafka record batches), the table holds typed columns, and neither can be the other.
+A segment's data files are its objects in the tier (:meth:`IcebergTables.data_files`):
+written by the offloader under its offload attempt's prefix
+(``<partition>/<segment>/<attempt>/iceberg-<day>-<n>.parquet``, one per run of offsets
+published on one UTC day), they hold the typed columns and the columns that rebuild the
+original entries (batches, compression, Kafka record batches) byte for byte, so each
+message is stored once. They are registered with ``add_files`` in one append snapshot whose
+summary names the segment and its offsets (``magnetar.segments``): what an attempt wrote is
+found and deleted by its id, and a reader can tell which offsets a snapshot added.
+
+Segments offloaded before the catalog (or before this layout: ``data.parquet`` plus
+``iceberg-<day>.pq`` files) keep their objects; :meth:`IcebergTables.write_files` makes
+table files of such a segment's rows when it is registered later.
 
 Calls block (catalog and object store I/O): run them on a worker thread.
 """
@@ -33,8 +37,15 @@ import pyarrow.parquet as pq
 
 from magnetar.core.names import TopicName
 from magnetar.tier.errors import IcebergCommitError, TierError
-from magnetar.tier.iceberg.columns import ValueSchema, split_by_day, table_schema, to_table_rows
+from magnetar.tier.iceberg.columns import (
+    ValueSchema,
+    split_by_day,
+    split_runs,
+    table_schema,
+    to_table_rows,
+)
 from magnetar.tier.object_store import ObjectStore, S3ObjectStore
+from magnetar.tier.offloader import ToFiles
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -148,6 +159,20 @@ class IcebergTables:
         return f"{self.store.url}/{key}"
 
     # -- writing ---------------------------------------------------------------------------
+
+    def data_files(self, partition: str, value_schema: ValueSchema | None) -> ToFiles:
+        """How the offloader turns a segment's rows into the objects that are also the
+        table's data files (typed by ``value_schema``, with the tier's columns)."""
+        index = partition_index(partition)
+
+        def to_files(layout: pa.Table) -> list[tuple[str, pa.Table]]:
+            rows = to_table_rows(layout, index, value_schema, tier_columns=True)
+            return [
+                (f"iceberg-{day:06d}-{n}.parquet", part)
+                for n, (day, part) in enumerate(split_runs(rows))
+            ]
+
+        return to_files
 
     def write_files(
         self,
