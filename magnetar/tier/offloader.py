@@ -150,16 +150,15 @@ class Offloader:
             )
         key = object_key(partition, info.segment_id, attempt)
         if to_files is None:
-            written = [(key, self._parquet(table))]
+            parts = [(key, table)]
         else:
             prefix = attempt_prefix(partition, info.segment_id, attempt)
-            written = [(f"{prefix}/{name}", self._parquet(rows)) for name, rows in to_files(table)]
-        objects = []
-        for k, data in written:
-            rows_of = pq.ParquetFile(io.BytesIO(data)).metadata
-            objects.append(
-                {"key": k, "rows": rows_of.num_rows, "size": len(data), "sha256": _sha(data)}
-            )
+            parts = [(f"{prefix}/{name}", rows) for name, rows in to_files(table)]
+        written = [(k, self._parquet(rows)) for k, rows in parts]
+        objects = [
+            {"key": k, "rows": rows.num_rows, "size": len(data), "sha256": _sha(data)}
+            for (k, rows), (_, data) in zip(parts, written, strict=True)
+        ]
         manifest = Manifest(
             segment_id=info.segment_id,
             partition=partition,
@@ -171,7 +170,7 @@ class Offloader:
             row_count=table.num_rows,
             entry_count=len(entries),
             size=sum(len(data) for _, data in written),
-            sha256=_sha(written[0][1]),
+            sha256=str(objects[0]["sha256"]),
             offloaded_ms=int(time.time() * 1000),
             objects=objects if to_files is not None else [],
         )
@@ -195,6 +194,7 @@ class Offloader:
             table.schema,
             compression="zstd",
             write_statistics=True,
+            use_dictionary=_dictionary_columns(table.schema),
             sorting_columns=[pq.SortingColumn(0)],  # rows are in offset order: say so
         ) as out:
             for start, end in itertools.pairwise(cuts):
@@ -230,3 +230,30 @@ class Offloader:
 
 def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+# distinct in nearly every row: trying a dictionary first only costs time
+_NO_DICTIONARY = frozenset(
+    {"value", "__value", "offset", "__offset", "sequence_id", "__sequence_id"}
+)
+
+
+def _dictionary_columns(schema: pa.Schema) -> list[str]:
+    """Leaf column paths worth a dictionary: all but the values, offsets, sequence ids."""
+    paths: list[str] = []
+
+    def walk(prefix: str, data_type: pa.DataType) -> None:
+        if pa.types.is_struct(data_type):
+            for child in data_type:
+                walk(f"{prefix}.{child.name}", child.type)
+        elif pa.types.is_map(data_type):
+            paths.extend((f"{prefix}.key_value.key", f"{prefix}.key_value.value"))
+        elif pa.types.is_list(data_type):
+            walk(f"{prefix}.list.element", data_type.value_type)
+        else:
+            paths.append(prefix)
+
+    for f in schema:
+        if f.name not in _NO_DICTIONARY:
+            walk(f.name, f.type)
+    return paths
