@@ -202,6 +202,22 @@ class Offloader:
                     out.write_table(table.slice(start, end - start), row_group_size=end - start)
         return sink.getvalue()
 
+    def compact(self, keys: list[str], key: str) -> dict[str, Any]:
+        """Rewrite the objects ``keys`` (neighbouring segments' Iceberg data files, in offset
+        order) as the one object ``key``, verified by read-back; returns its
+        ``{key, rows, size, sha256}``. Files of older schema versions get the newer
+        columns as nulls."""
+        tables = []
+        for k in keys:
+            with self.store.open(k) as f:
+                tables.append(pq.read_table(f))
+        table = pa.concat_tables(tables, promote_options="permissive")
+        data = self._parquet(table)
+        done = {"key": key, "rows": table.num_rows, "size": len(data), "sha256": _sha(data)}
+        self.store.put(key, data)
+        self._verify(key, str(done["sha256"]), table.num_rows)
+        return done
+
     def verify(self, manifest: Manifest) -> None:
         """Read the objects back: same bytes (checksum) and the row count Parquet reports."""
         for o in manifest.objects:

@@ -46,24 +46,29 @@ class OffloadedReader:
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="magnetar-tier-read")
         self._lock = threading.Lock()
         self._footers: dict[str, _Footer] = {}
-        self._groups: OrderedDict[tuple[str, int], Future[list[Entry]]] = OrderedDict()
+        # (object, row group, segment): entries carry their segment's id
+        self._groups: OrderedDict[tuple[str, int, int], Future[list[Entry]]] = OrderedDict()
 
     def read(self, partition: str, info: SegmentInfo, offset: int, max_entries: int) -> list[Entry]:
         """Entries from the one holding ``offset`` on, within this segment."""
         footer = self._footer(keys_of(partition, info))
+        # a compacted object holds several segments' rows: read only this one's
+        end = min(bisect.bisect_left(footer.firsts, info.end_offset), len(footer.firsts))
         group = max(bisect.bisect_right(footer.firsts, offset) - 1, 0)
         out: list[Entry] = []
-        while group < len(footer.firsts) and len(out) < max_entries:
-            for g in range(group + 1, min(group + 1 + PREFETCH, len(footer.firsts))):
+        while group < end and len(out) < max_entries:
+            for g in range(group + 1, min(group + 1 + PREFETCH, end)):
                 self._group(*footer.groups[g], info.segment_id)
             entries = self._group(*footer.groups[group], info.segment_id).result()
-            out += [e for e in entries if e.next_offset > offset][: max_entries - len(out)]
+            out += [
+                e for e in entries if e.next_offset > offset and e.base_offset < info.end_offset
+            ][: max_entries - len(out)]
             group += 1
         return out
 
     def find_time(self, partition: str, info: SegmentInfo, ts: int) -> int | None:
         """The first offset of the segment published at or after ``ts`` (ms), or None."""
-        table = self._columns(keys_of(partition, info), ["offset", "publish_time"])
+        table = self._columns(keys_of(partition, info), ["offset", "publish_time"], info)
         micros = min(max(ts, -_MAX_MS), _MAX_MS) * 1000
         at_or_after = pc.greater_equal(table.column("publish_time").cast(pa.int64()), micros)
         index = pc.index(at_or_after, True).as_py()
@@ -71,10 +76,11 @@ class OffloadedReader:
 
     def layout(self, partition: str, info: SegmentInfo) -> pa.Table:
         """A whole offloaded segment, in the tier's Parquet layout (rows, not entries)."""
-        return self._columns(keys_of(partition, info), None)
+        return self._columns(keys_of(partition, info), None, info)
 
-    def _columns(self, keys: list[str], wanted: list[str] | None) -> pa.Table:
-        """``wanted`` layout columns (None: all) of the objects ``keys``, as one table."""
+    def _columns(self, keys: list[str], wanted: list[str] | None, info: SegmentInfo) -> pa.Table:
+        """``wanted`` layout columns (None: all) of the objects ``keys``, as one table: the
+        rows of the segment ``info`` (a compacted object holds its neighbours' too)."""
         tables = []
         for key in keys:
             try:
@@ -85,7 +91,16 @@ class OffloadedReader:
                     tables.append(as_layout(parquet.read(columns=columns)))
             except OSError as e:
                 raise ObjectStoreUnavailableError(f"cannot read {key}: {e}") from None
-        return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+        table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+        offsets = table.column("offset")
+        if len(offsets) and (
+            offsets[0].as_py() < info.first_offset or offsets[-1].as_py() >= info.end_offset
+        ):
+            inside = pc.and_(
+                pc.greater_equal(offsets, info.first_offset), pc.less(offsets, info.end_offset)
+            )
+            table = table.filter(inside)
+        return table
 
     def _footer(self, keys: list[str]) -> _Footer:
         with self._lock:
@@ -111,20 +126,21 @@ class OffloadedReader:
         return footer
 
     def _group(self, key: str, group: int, segment_id: int) -> Future[list[Entry]]:
+        slot = (key, group, segment_id)
         with self._lock:
-            found = self._groups.get((key, group))
+            found = self._groups.get(slot)
             if found is not None:
-                self._groups.move_to_end((key, group))
+                self._groups.move_to_end(slot)
                 return found
             future = self._pool.submit(self._load, key, group, segment_id)
-            self._groups[(key, group)] = future
+            self._groups[slot] = future
             while len(self._groups) > CACHE_GROUPS:
                 self._groups.popitem(last=False)
         # Outside the lock: the callback runs at once (taking the lock) if already done.
-        future.add_done_callback(functools.partial(self._forget_failure, (key, group)))
+        future.add_done_callback(functools.partial(self._forget_failure, slot))
         return future
 
-    def _forget_failure(self, slot: tuple[str, int], future: Future[list[Entry]]) -> None:
+    def _forget_failure(self, slot: tuple[str, int, int], future: Future[list[Entry]]) -> None:
         """A failed load is not cached: the next read tries the store again."""
         if future.cancelled() or future.exception() is not None:
             with self._lock:

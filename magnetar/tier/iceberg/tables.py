@@ -24,6 +24,7 @@ Calls block (catalog and object store I/O): run them on a worker thread.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import json
 import threading
@@ -333,12 +334,14 @@ class IcebergTables:
                 table = self._catalog_now().load_table(ident)
             except NoSuchTableError:
                 return
-            doomed = [
-                f
-                for seg in segs
-                for f in self._data_files(table, seg)
-                if f.file_path in {self.uri(k) for k in seg.keys}
-            ]
+            doomed = list(  # a compacted file is several segments' (listed once)
+                {
+                    f.file_path: f
+                    for seg in segs
+                    for f in self._data_files(table, seg)
+                    if f.file_path in {self.uri(k) for k in seg.keys}
+                }.values()
+            )
             if not doomed:
                 return
             try:
@@ -354,6 +357,58 @@ class IcebergTables:
         raise IcebergCommitError(f"{ident}: {COMMIT_TRIES} commits lost to other writers")
 
     # -- maintenance -----------------------------------------------------------------------
+
+    def replace(self, segments: list[SegmentFiles], key: str) -> int:
+        """Compaction: in one overwrite snapshot (``magnetar.operation``: ``compaction``),
+        the table stops referencing the ``segments``' data files and references ``key``,
+        which holds exactly their rows; returns the snapshot id. Idempotent: when the table
+        references ``key`` already, nothing changes. Raises IcebergCommitError when any of
+        the old files is not in the table (nothing is replaced then)."""
+        from pyiceberg.io.pyarrow import parquet_file_to_data_file
+
+        ident = identifier(segments[0].partition)
+        uri = self.uri(key)
+        props = {
+            SEGMENTS_PROPERTY: json.dumps([s.summary() for s in segments]),
+            OPERATION_PROPERTY: "compaction",
+        }
+        catalog = self.catalog
+        with self._lock:
+            for _ in range(COMMIT_TRIES):
+                table = catalog.load_table(ident)
+                span = dataclasses.replace(
+                    segments[0], last_offset=segments[-1].last_offset, keys=(key,)
+                )
+                if self._referenced(table, span):
+                    return _snapshot_id(table)
+                old = {self.uri(k) for seg in segments for k in seg.keys}
+                doomed = {
+                    f.file_path: f
+                    for seg in segments
+                    for f in self._data_files(table, seg)
+                    if f.file_path in old
+                }
+                if set(doomed) != old:
+                    raise IcebergCommitError(
+                        f"{ident}: {len(old) - len(doomed)} of the files to compact are not "
+                        "in the table; not compacting"
+                    )
+                try:
+                    added = parquet_file_to_data_file(table.io, table.metadata, uri)
+                    with (
+                        table.transaction() as tx,
+                        tx.update_snapshot(snapshot_properties=props).overwrite() as change,
+                    ):
+                        for data_file in doomed.values():
+                            change.delete_data_file(data_file)
+                        change.append_data_file(added)
+                except _commit_failed():
+                    time.sleep(0.01)
+                    continue
+                except (OSError, ValueError) as e:
+                    raise IcebergCommitError(f"cannot compact {ident}: {e}") from None
+                return _snapshot_id(catalog.load_table(ident))
+        raise IcebergCommitError(f"{ident}: {COMMIT_TRIES} commits lost to other writers")
 
     def expire_snapshots(self, partition: str, older_than_ms: int, keep: int) -> int:
         """Expire the table's snapshots taken before ``older_than_ms`` (epoch ms), except the
