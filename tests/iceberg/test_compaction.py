@@ -104,3 +104,20 @@ async def test_a_compaction_cut_off_after_its_commit_is_finished_at_open(
     stored = {rig.tables.uri(k) for k in store.list() if k.endswith(".parquet")}
     assert stored == set(data_files(rig.tables))
     assert len(stored) == 1
+
+
+async def test_the_spark_source_reads_each_segment_of_a_compacted_file(
+    open_iceberg_rig: OpenIcebergRig,
+) -> None:
+    from magnetar.spark.planning import Slice
+    from magnetar.spark.reading import read_slice
+
+    rig = await offloaded_rig(open_iceberg_rig)
+    await rig.ledger.compact_table(min_files=2)
+    for seg in rig.ledger.segments()[:4]:
+        [key] = (seg.offload or {})["objects"]
+        piece = Slice("parquet", "orders", 0, rig.ledger.name, seg.first_offset, seg.end_offset,
+                      rig.tier.store.url, key)  # fmt: skip
+        rows = [r for batch in read_slice(piece, None) for r in batch.to_pylist()]
+        assert [r["offset"] for r in rows] == list(range(seg.first_offset, seg.end_offset))
+        assert [json.loads(r["value"])["id"] for r in rows] == [r["offset"] for r in rows]
