@@ -139,12 +139,18 @@ class OffloadService:
             )
 
     async def _maintain_table(self, topic: Topic) -> None:
-        """Expire old snapshots of the topic's table, unless its namespace turned
-        maintenance off. Partitions share a table: the first partition does it."""
-        if not self.broker.ledgers.has_tables or topic.name.partition > 0:
+        """Compact the partition's small data files and expire old snapshots of the topic's
+        table, unless its namespace turned maintenance off. Partitions share a table: the
+        first partition expires its snapshots."""
+        if not self.broker.ledgers.has_tables:
             return
         policies = await self.broker.policies(topic.name)
         if policies.iceberg_maintenance is False:
+            return
+        compacted = await topic.ledger.compact_table()
+        if compacted:
+            log.info("compacted %d data files of %s's Iceberg table", compacted, topic.name)
+        if topic.name.partition > 0:
             return
         expired = await topic.ledger.expire_table_snapshots(
             max_age_ms=self.snapshot_max_age_ms, keep=self.min_snapshots

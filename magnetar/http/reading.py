@@ -146,6 +146,7 @@ async def _partition_plan(
             "state": s.state.value,
             "local": s.local,
             "object": (s.offload or {}).get("key"),
+            "objects": (s.offload or {}).get("objects"),  # several: the table's data files
             "replicas": await ledger.replica_reads(s.segment_id)
             if s.state.value == "CLOSED" and s.local
             else None,

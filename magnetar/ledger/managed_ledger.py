@@ -27,7 +27,7 @@ from magnetar.storage import (
     SegmentNotLocalError,
     SegmentState,
 )
-from magnetar.tier import ObjectNotFoundError, Tier, ValueSchema, key_of
+from magnetar.tier import IcebergCommitError, ObjectNotFoundError, Tier, ValueSchema, keys_of
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +114,7 @@ class ManagedLedger:
         self._ids: list[int] = []  # known segment ids, ascending
         self._listeners: list[Callable[[], None]] = []
         self._offloading: set[int] = set()  # segment ids with an offload in flight
+        self._compacting = asyncio.Lock()  # table compaction, and retention beside it
         # what a subscription does at a damaged entry: skip it, or wait there (Pulsar's
         # ManagedLedgerConfig.autoSkipNonRecoverableData); set by the broker
         self.auto_skip_non_recoverable_data = False
@@ -262,8 +263,13 @@ class ManagedLedger:
                 self.tier.reader.read, self.name, info, offset, max_entries
             )
         except ObjectNotFoundError:
-            if self._segment(segment_id) is None:  # trimmed by retention meanwhile
+            now = self._segment(segment_id)
+            if now is None:  # trimmed by retention meanwhile
                 raise self._trimmed(offset) from None
+            if keys_of(self.name, now) != keys_of(self.name, info):  # compacted meanwhile
+                return await asyncio.to_thread(
+                    self.tier.reader.read, self.name, now, offset, max_entries
+                )
             raise
 
     def _trimmed(self, offset: int) -> OffsetOutOfRangeError:
@@ -364,8 +370,10 @@ class ManagedLedger:
         )
         try:
             entries = await self._entries_of(info)
-            manifest, rows = await asyncio.to_thread(
-                tier.offloader.offload_table, self.name, info, entries, attempt
+            # With a table, the segment's objects are its data files (bytes written once).
+            to_files = tier.iceberg.data_files(self.name, value_schema) if tier.iceberg else None
+            manifest, _ = await asyncio.to_thread(
+                tier.offloader.offload_table, self.name, info, entries, attempt, to_files
             )
             details: dict[str, Any] = {
                 "attempts": recorded,
@@ -376,9 +384,11 @@ class ManagedLedger:
                 "offloadedMs": manifest.offloaded_ms,
                 "store": tier.store.url,
             }
+            if manifest.objects:
+                details["objects"] = manifest.keys
             if tier.iceberg is not None:
                 details["iceberg"] = await table_commits.commit(
-                    self, tier, info, attempt, rows, value_schema, details
+                    self, tier, info, attempt, manifest.keys, value_schema, details
                 )
             return await self.storage.update_segment(
                 self.name, segment_id, state=SegmentState.OFFLOADED, offload=details
@@ -417,6 +427,9 @@ class ManagedLedger:
         """
         cleaned = 0
         for info in self.segments():
+            if self.tier is not None and "compaction" in (info.offload or {}):
+                await table_commits.settle_compaction(self, self.tier, info)
+                info = self._segment(info.segment_id) or info
             if self.tier is not None and table_commits.pending(info):
                 settled = await table_commits.reconcile(self, self.tier, info)
                 if settled is None:
@@ -476,6 +489,23 @@ class ManagedLedger:
             raise NoObjectStoreError(f"{self.name} has no Iceberg catalog to register in")
         return await table_commits.register(self, self.tier, segment_id, value_schema)
 
+    async def compact_table(
+        self,
+        *,
+        target_bytes: int = table_commits.COMPACT_TARGET_BYTES,
+        min_files: int = table_commits.COMPACT_MIN_FILES,
+    ) -> int:
+        """Table maintenance (see ``table_commits.compact``): runs of at least ``min_files``
+        small neighbouring segments' data files rewritten as one file of at most
+        ``target_bytes``; returns how many files went (0 without a catalog)."""
+        if self.tier is None or self.tier.iceberg is None:
+            return 0
+        async with self._compacting:
+            for seg in self.segments():
+                if not await table_commits.settle_compaction(self, self.tier, seg):
+                    return 0
+            return await table_commits.compact(self, self.tier, target_bytes, min_files)
+
     async def expire_table_snapshots(self, *, max_age_ms: int, keep: int) -> int:
         """Table maintenance (see ``table_commits.expire_snapshots``); 0 without a tier."""
         if self.tier is None:
@@ -494,14 +524,22 @@ class ManagedLedger:
         Durable when this returns for the records: readers positioned in a deleted segment
         get OffsetOutOfRangeError. An object whose deletion fails is logged and left.
         """
-        if self.tier is not None:
-            await table_commits.remove_trimmed(self, self.tier, before)
-        deleted = await self.storage.trim(self.name, before)
-        if self.tier is not None:
-            for seg in deleted:
-                await self._delete_objects(self.tier, seg)
-        self._refresh()
-        return deleted
+        async with self._compacting:
+            if self.tier is not None:
+                for seg in self.segments():
+                    if not await table_commits.settle_compaction(self, self.tier, seg):
+                        raise IcebergCommitError(
+                            f"{self.name}: a table compaction cannot be settled now (is the "
+                            "catalog reachable?); retention waits"
+                        )
+                before = table_commits.compacted_run_start(self.segments(), before)
+                await table_commits.remove_trimmed(self, self.tier, before)
+            deleted = await self.storage.trim(self.name, before)
+            if self.tier is not None:
+                for seg in deleted:
+                    await self._delete_objects(self.tier, seg)
+            self._refresh()
+            return deleted
 
     async def delete(self) -> None:
         """Delete the whole ledger: every segment's objects, then its records and files.
@@ -521,9 +559,10 @@ class ManagedLedger:
             return
         try:
             if seg.state is SegmentState.OFFLOADED or seg.offload.get("key"):
-                key = key_of(self.name, seg)
-                tier.reader.forget(key)
-                await asyncio.to_thread(tier.offloader.delete, key)
+                keys = keys_of(self.name, seg)
+                tier.reader.forget(keys)
+                for key in keys:
+                    await asyncio.to_thread(tier.offloader.delete, key)
             for attempt in attempts.attempts_of(seg):
                 await asyncio.to_thread(
                     tier.offloader.delete_attempt, self.name, seg.segment_id, attempt

@@ -2,8 +2,9 @@
 
 The order, each step durable before the next::
 
-    1. the tier's object is written and verified (the OFFLOADED rule), then the segment's
-       Iceberg data files are written under the same attempt's prefix;
+    1. the segment's objects — the table's data files, typed columns beside the columns
+       that rebuild its entries — are written under the attempt's prefix and verified
+       (the OFFLOADED rule); the table is created or its schema widened;
     2. the *intent* is recorded in the segment record: ``offload["iceberg"]`` names the
        attempt and its files, ``committed: false`` (state still OFFLOADING);
     3. one append snapshot registers the files (its summary names segment and offsets);
@@ -26,8 +27,6 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-
 from magnetar.ledger import offload_attempts as attempts
 from magnetar.storage import SegmentInfo, SegmentState
 from magnetar.tier import (
@@ -36,9 +35,8 @@ from magnetar.tier import (
     Tier,
     ValueSchema,
     attempt_prefix,
-    key_of,
 )
-from magnetar.tier.iceberg import identifier
+from magnetar.tier.iceberg import identifier, table_schema
 
 if TYPE_CHECKING:
     from magnetar.ledger.managed_ledger import ManagedLedger
@@ -77,21 +75,16 @@ async def commit(
     tier: Tier,
     info: SegmentInfo,
     attempt: str,
-    rows: pa.Table,
+    keys: list[str],
     value_schema: ValueSchema | None,
     details: dict[str, Any],
 ) -> dict[str, Any]:
-    """Steps 1–3 for a verified segment; returns the ``offload["iceberg"]`` record of step 4.
-    On failure the caller abandons the attempt (:func:`undo` first)."""
+    """Steps 2–3 for a segment whose objects ``keys`` (its data files, written with
+    ``tier.iceberg.data_files``) are verified; returns the ``offload["iceberg"]`` record of
+    step 4. On failure the caller abandons the attempt (:func:`undo` first)."""
     assert tier.iceberg is not None
-    keys = await asyncio.to_thread(
-        tier.iceberg.write_files,
-        ledger.name,
-        info.segment_id,
-        attempt_prefix(ledger.name, info.segment_id, attempt),
-        rows,
-        value_schema,
-    )
+    schema = table_schema(value_schema, tier_columns=True)
+    await asyncio.to_thread(tier.iceberg.ensure_table, ledger.name, schema)
     intent = {"attempt": attempt, "files": keys, "committed": False}
     await ledger.storage.update_segment(
         ledger.name, info.segment_id, offload={**details, "iceberg": intent}
@@ -158,7 +151,7 @@ async def reconcile(ledger: ManagedLedger, tier: Tier, info: SegmentInfo) -> Seg
         )
         return None
     offload.pop("iceberg", None)
-    for name in ("key", "sha256", "rows", "size", "offloadedMs", "store"):
+    for name in ("key", "objects", "sha256", "rows", "size", "offloadedMs", "store"):
         offload.pop(name, None)  # the object of an attempt that did not finish
     return await ledger.storage.update_segment(
         ledger.name, info.segment_id, offload=offload or None
@@ -212,7 +205,7 @@ async def register(
                 f"segment {segment_id} of {ledger.name}: an earlier registration cannot be "
                 "checked now (is the catalog reachable?); retrying later"
             )
-    rows = await asyncio.to_thread(tier.reader.layout, key_of(ledger.name, info))
+    rows = await asyncio.to_thread(tier.reader.layout, ledger.name, info)
     live = attempts.live_attempt(info, uploading=False)
     prefix = (
         attempt_prefix(ledger.name, segment_id, live)
@@ -299,6 +292,159 @@ async def expire_snapshots(ledger: ManagedLedger, tier: Tier, max_age_ms: int, k
     return await asyncio.to_thread(tier.iceberg.expire_snapshots, ledger.name, older_than, keep)
 
 
+# -- compaction -------------------------------------------------------------------------
+
+COMPACT_TARGET_BYTES = 128 << 20
+COMPACT_MIN_FILES = 5  # Iceberg's rewrite_data_files min-input-files
+DAY_MS = 86_400_000
+
+
+def _day(info: SegmentInfo) -> int:
+    return info.first_publish_time // DAY_MS
+
+
+def compactable(info: SegmentInfo, target_bytes: int) -> bool:
+    """An OFFLOADED segment whose one object is a committed data file of the table, smaller
+    than half the target, lying in one UTC day, not compacted yet."""
+    offload = info.offload or {}
+    intent = intent_of(info)
+    return (
+        info.state is SegmentState.OFFLOADED
+        and len(offload.get("objects") or []) == 1
+        and intent is not None
+        and bool(intent.get("committed"))
+        and "compaction" not in offload
+        and not offload.get("compacted")
+        and int(offload.get("size", target_bytes)) < target_bytes // 2
+        and _day(info) == info.max_publish_time // DAY_MS
+    )
+
+
+def compaction_groups(
+    segments: list[SegmentInfo], target_bytes: int, min_files: int = COMPACT_MIN_FILES
+) -> list[list[SegmentInfo]]:
+    """Runs of neighbouring compactable segments of one day, each run at most
+    ``target_bytes`` and of ``min_files`` segments or more: each becomes one data file."""
+    groups: list[list[SegmentInfo]] = []
+    run: list[SegmentInfo] = []
+    size = 0
+    for seg in segments:
+        fits = compactable(seg, target_bytes)
+        seg_size = int((seg.offload or {}).get("size", 0))
+        if run and (not fits or _day(seg) != _day(run[0]) or size + seg_size > target_bytes):
+            groups.append(run)
+            run, size = [], 0
+        if fits:
+            run.append(seg)
+            size += seg_size
+    groups.append(run)
+    return [g for g in groups if len(g) >= max(min_files, 2)]
+
+
+async def compact(
+    ledger: ManagedLedger, tier: Tier, target_bytes: int, min_files: int = COMPACT_MIN_FILES
+) -> int:
+    """Table maintenance: rewrite each run of small neighbouring segments' data files as one
+    file, in one replace snapshot per run; returns how many files went. What any offset
+    reads does not change: every segment of a run then reads its rows from the new file.
+
+    The order, each step durable before the next: the intent is recorded in the first
+    segment's record (``offload["compaction"]``: the new file's key, under
+    ``<partition>/<first segment>/compact-<id>/``, the segments, the files replaced); the
+    new file is written and verified; the table replaces the old files by the new one;
+    each segment's record is pointed at the new file; the old files are deleted and the
+    intent dropped. A crash anywhere is settled
+    by :func:`settle_compaction` (at open, before retention, before the next compaction)."""
+    if tier.iceberg is None:
+        return 0
+    gone = 0
+    for group in compaction_groups(ledger.segments(), target_bytes, min_files):
+        first = group[0]
+        old = [str((s.offload or {})["objects"][0]) for s in group]
+        prefix = attempt_prefix(ledger.name, first.segment_id, f"compact-{attempts.new_attempt()}")
+        key = f"{prefix}/iceberg-{_day(first):06d}-0.parquet"
+        intent = {"key": key, "segments": [s.segment_id for s in group], "replaces": old}
+        info = await ledger.storage.update_segment(
+            ledger.name, first.segment_id, offload={**(first.offload or {}), "compaction": intent}
+        )
+        await asyncio.to_thread(tier.offloader.compact, old, key)
+        files = [f for s in group if (f := files_of(ledger.name, s)) is not None]
+        await asyncio.to_thread(tier.iceberg.replace, files, key)
+        await _finish_compaction(ledger, tier, info, intent)
+        gone += len(old) - 1
+    return gone
+
+
+async def _finish_compaction(
+    ledger: ManagedLedger, tier: Tier, first: SegmentInfo, intent: dict[str, Any]
+) -> None:
+    """The table references the compacted file: point every segment of the run at it,
+    delete the files it replaced, drop the intent. Idempotent."""
+    key = str(intent["key"])
+    for segment_id in intent["segments"]:
+        info = ledger._segment(int(segment_id))
+        if info is None or (info.offload or {}).get("objects") == [key]:
+            continue
+        offload = dict(info.offload or {})
+        offload["objects"] = [key]
+        offload["key"] = key
+        offload["compacted"] = True
+        offload["iceberg"] = {**offload.get("iceberg", {}), "files": [key]}
+        if int(segment_id) == first.segment_id:
+            offload["compaction"] = intent
+        await ledger.storage.update_segment(ledger.name, int(segment_id), offload=offload)
+    tier.reader.forget([str(k) for k in intent["replaces"]])
+    for old in intent["replaces"]:
+        await asyncio.to_thread(tier.store.delete, str(old))
+    info = ledger._segment(first.segment_id)
+    if info is not None:
+        offload = dict(info.offload or {})
+        offload.pop("compaction", None)
+        await ledger.storage.update_segment(ledger.name, info.segment_id, offload=offload)
+
+
+async def settle_compaction(ledger: ManagedLedger, tier: Tier, info: SegmentInfo) -> bool:
+    """A compaction cut off (crash, catalog error) after its intent was recorded: finish it
+    when the table references its file, else delete the file and drop the intent. False
+    when the catalog cannot tell now (nothing changes)."""
+    intent = (info.offload or {}).get("compaction")
+    if not isinstance(intent, dict) or tier.iceberg is None:
+        return True
+    key = str(intent["key"])
+    run = [s for s in ledger.segments() if s.segment_id in set(intent["segments"])]
+    last = run[-1] if run else info
+    probe = SegmentFiles(
+        ledger.name, info.segment_id, info.first_offset, last.last_offset, "", (key,)
+    )
+    try:
+        present = await asyncio.to_thread(tier.iceberg.referenced, probe)
+    except Exception as e:  # the catalog's own errors are not MagnetarErrors
+        log.warning("cannot settle a compaction of %s: %s", ledger.name, e)
+        return False
+    if present:
+        await _finish_compaction(ledger, tier, info, intent)
+        return True
+    await asyncio.to_thread(tier.store.delete, key)
+    offload = dict(info.offload or {})
+    offload.pop("compaction", None)
+    await ledger.storage.update_segment(ledger.name, info.segment_id, offload=offload)
+    return True
+
+
+def compacted_run_start(segments: list[SegmentInfo], before: int) -> int:
+    """Retention trims compacted runs whole: ``before`` lowered to the first offset of a
+    run whose file also holds offsets at or after ``before`` (a file is never half
+    deleted; the run is kept until its last segment expires)."""
+    shared: dict[str, int] = {}
+    for seg in segments:
+        objects = (seg.offload or {}).get("objects") or []
+        if (seg.offload or {}).get("compacted") and objects:
+            shared.setdefault(str(objects[0]), seg.first_offset)
+            if seg.end_offset > before:
+                return min(before, shared[str(objects[0])])
+    return before
+
+
 async def remove_all(ledger: ManagedLedger, tier: Tier) -> None:
     """Before the whole ledger is deleted: its files leave the table."""
     if tier.iceberg is None:
@@ -309,7 +455,12 @@ async def remove_all(ledger: ManagedLedger, tier: Tier) -> None:
 
 
 __all__ = [
+    "COMPACT_MIN_FILES",
+    "COMPACT_TARGET_BYTES",
     "commit",
+    "compact",
+    "compacted_run_start",
+    "compaction_groups",
     "expire_snapshots",
     "files_of",
     "intent_of",
@@ -319,6 +470,7 @@ __all__ = [
     "remove_all",
     "remove_trimmed",
     "settle_before_offload",
+    "settle_compaction",
     "settle_registration",
     "undo",
     "unregistered",

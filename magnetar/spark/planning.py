@@ -195,20 +195,22 @@ def _partition_slices(
         # (offloadDeletionLagMs): Parquet straight into Arrow beats rebuilding rows from
         # entries on the storage node, and the local copy may be dropped mid-read.
         if seg["state"] == "OFFLOADED" and seg["object"]:
-            out.append(
-                Slice(
-                    "parquet",
-                    topic,
-                    p["index"],
-                    p["name"],
-                    a,
-                    b,
-                    p.get("store", plan["store"]),
-                    seg["object"],
-                    min_ts,
-                    max_ts,
+            # a slice per object; each holds its own offsets (the filter keeps [a, b))
+            for key in seg.get("objects") or [seg["object"]]:
+                out.append(
+                    Slice(
+                        "parquet",
+                        topic,
+                        p["index"],
+                        p["name"],
+                        a,
+                        b,
+                        p.get("store", plan["store"]),
+                        key,
+                        min_ts,
+                        max_ts,
+                    )
                 )
-            )
         elif seg.get("replicas"):
             # a closed ledger on storage nodes: read each fragment straight from a node
             for frag in seg["replicas"]:

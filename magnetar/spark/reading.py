@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 from magnetar.core.formats import KAFKA_CONTROL
 from magnetar.spark.planning import Slice
 from magnetar.tier.object_store import open_object_store
+from magnetar.tier.parquet import as_layout, file_columns, offset_leaf
 from magnetar.tier.rows import PARQUET_COLUMNS, to_rows
 
 BATCH_ROWS = 64_000
@@ -35,12 +36,14 @@ def _parquet(s: Slice) -> Iterator[pa.Table]:
     store = open_object_store(s.location)
     parquet = pq.ParquetFile(store.open(s.key))
     meta = parquet.metadata
-    col = meta.schema.to_arrow_schema().get_field_index("offset")
+    names = parquet.schema_arrow.names  # the tier's layout, or an Iceberg data file's
+    col = offset_leaf(meta)
+    columns = file_columns(names, PARQUET_COLUMNS)
     for g in range(meta.num_row_groups):
         stats = meta.row_group(g).column(col).statistics
         if stats is not None and (stats.max < s.start or stats.min >= s.end):
             continue  # this row group lies outside the slice: never read it
-        yield parquet.read_row_group(g, columns=PARQUET_COLUMNS)
+        yield as_layout(parquet.read_row_group(g, columns=columns))
 
 
 def _flight(s: Slice) -> Iterator[pa.Table]:

@@ -22,6 +22,7 @@ from magnetar.tier.offloader import (
     Offloader,
     attempt_prefix,
     key_of,
+    keys_of,
     manifest_key,
     object_key,
 )
@@ -68,6 +69,7 @@ __all__ = [
     "ValueSchema",
     "attempt_prefix",
     "key_of",
+    "keys_of",
     "manifest_key",
     "object_key",
     "open_object_store",

@@ -7,7 +7,15 @@ a cut-off upload leaves a temporary name beside them), so an abandoned attempt i
 by listing exactly its own prefix — never by guessing which objects of a shared bucket are
 ours (Pulsar's offloaders name objects by a per-attempt UUID for the same reason). Segments
 offloaded before attempts existed keep their old key, ``<partition>/<segment id>.parquet``,
-which the segment record names. The caller marks the segment OFFLOADED only after
+which the segment record names.
+
+With an Iceberg catalog the attempt writes the table's data files instead of
+``data.parquet`` (layout 2 of :mod:`magnetar.tier.parquet`): ``iceberg-<day>-<n>.parquet``,
+one per run of offsets published on one UTC day (one file for nearly every segment), listed
+in order in the manifest's and the record's ``objects``. They are the only copy of the
+segment's messages: the tier rebuilds entries from them, the table registers them.
+
+The caller marks the segment OFFLOADED only after
 :meth:`Offloader.offload` returns, i.e. after the object was read back and its row count
 and checksum matched (DESIGN.md decision 4); on any failure the segment stays local.
 """
@@ -19,8 +27,9 @@ import io
 import itertools
 import json
 import time
-from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -29,7 +38,10 @@ from magnetar.core.entries import Entry
 from magnetar.storage import SegmentInfo
 from magnetar.tier.errors import OffloadVerificationError
 from magnetar.tier.object_store import ObjectStore
-from magnetar.tier.parquet import SCHEMA, entries_to_table, entry_boundaries
+from magnetar.tier.parquet import entries_to_table, entry_boundaries
+
+# The rows of a segment (tier layout) → the data files to write instead: (name, rows) each
+ToFiles = Callable[[pa.Table], list[tuple[str, pa.Table]]]
 
 MANIFEST_SUFFIX = ".manifest.json"
 
@@ -48,6 +60,13 @@ class Manifest:
     size: int
     sha256: str
     offloaded_ms: int
+    # layout 2: every object of the segment in offset order, each {key, rows, size, sha256,
+    # firstOffset, lastOffset}; object_key is the first's. Empty: one data.parquet object.
+    objects: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def keys(self) -> list[str]:
+        return [str(o["key"]) for o in self.objects] or [self.object_key]
 
     def to_bytes(self) -> bytes:
         return json.dumps(asdict(self), sort_keys=True).encode()
@@ -70,9 +89,18 @@ def attempt_prefix(partition: str, segment_id: int, attempt: str) -> str:
 
 
 def key_of(partition: str, info: SegmentInfo) -> str:
-    """The object an OFFLOADED segment's record names (older records: the pre-attempt key)."""
+    """The object an OFFLOADED segment's record names (older records: the pre-attempt key);
+    for layout 2, the first of its objects."""
     key = (info.offload or {}).get("key")
     return str(key) if key else object_key(partition, info.segment_id)
+
+
+def keys_of(partition: str, info: SegmentInfo) -> list[str]:
+    """Every object holding an OFFLOADED segment's messages, in offset order."""
+    objects = (info.offload or {}).get("objects")
+    if objects:
+        return [str(k) for k in objects]
+    return [key_of(partition, info)]
 
 
 def manifest_key(object_key: str) -> str:
@@ -93,10 +121,17 @@ class Offloader:
         return self.offload_table(partition, info, entries, attempt)[0]
 
     def offload_table(
-        self, partition: str, info: SegmentInfo, entries: Iterable[Entry], attempt: str
+        self,
+        partition: str,
+        info: SegmentInfo,
+        entries: Iterable[Entry],
+        attempt: str,
+        to_files: ToFiles | None = None,
     ) -> tuple[Manifest, pa.Table]:
         """Write, read back and verify under ``attempt``'s prefix; returns the manifest
-        (already stored) and the rows written (what the Iceberg table is made from).
+        (already stored) and the segment's rows in the tier layout. With ``to_files`` the
+        objects are the files it makes of the rows (Iceberg data files, layout 2) instead of
+        one ``data.parquet``.
 
         When this returns, the object and its manifest are durable in the store and the
         object was read back whole (checksum and row count match). When it raises
@@ -113,23 +148,39 @@ class Offloader:
                 f"segment {info.segment_id} of {partition} holds offsets {info.first_offset}.."
                 f"{info.last_offset} but {table.num_rows} messages were read from it"
             )
-        data = self._parquet(table)
         key = object_key(partition, info.segment_id, attempt)
+        if to_files is None:
+            parts = [(key, table)]
+        else:
+            prefix = attempt_prefix(partition, info.segment_id, attempt)
+            parts = [(f"{prefix}/{name}", rows) for name, rows in to_files(table)]
+        written = [(k, self._parquet(rows)) for k, rows in parts]
+        objects = [
+            {"key": k, "rows": rows.num_rows, "size": len(data), "sha256": _sha(data)}
+            for (k, rows), (_, data) in zip(parts, written, strict=True)
+        ]
         manifest = Manifest(
             segment_id=info.segment_id,
             partition=partition,
-            object_key=key,
+            object_key=written[0][0],
             first_offset=info.first_offset,
             last_offset=info.last_offset,
             first_publish_time=info.first_publish_time,
             last_publish_time=info.max_publish_time,
             row_count=table.num_rows,
             entry_count=len(entries),
-            size=len(data),
-            sha256=hashlib.sha256(data).hexdigest(),
+            size=sum(len(data) for _, data in written),
+            sha256=str(objects[0]["sha256"]),
             offloaded_ms=int(time.time() * 1000),
+            objects=objects if to_files is not None else [],
         )
-        self.store.put(key, data)
+        if sum(o["rows"] for o in objects) != table.num_rows:
+            raise OffloadVerificationError(
+                f"segment {info.segment_id} of {partition}: the data files hold "
+                f"{sum(o['rows'] for o in objects)} rows, the segment {table.num_rows}"
+            )
+        for k, data in written:
+            self.store.put(k, data)
         self.verify(manifest)
         self.store.put(manifest_key(key), manifest.to_bytes())
         return manifest, table
@@ -140,9 +191,10 @@ class Offloader:
         cuts = [*entry_boundaries(table, self.row_group_rows), table.num_rows]
         with pq.ParquetWriter(
             sink,
-            SCHEMA,
+            table.schema,
             compression="zstd",
             write_statistics=True,
+            use_dictionary=_dictionary_columns(table.schema),
             sorting_columns=[pq.SortingColumn(0)],  # rows are in offset order: say so
         ) as out:
             for start, end in itertools.pairwise(cuts):
@@ -150,16 +202,36 @@ class Offloader:
                     out.write_table(table.slice(start, end - start), row_group_size=end - start)
         return sink.getvalue()
 
+    def compact(self, keys: list[str], key: str) -> dict[str, Any]:
+        """Rewrite the objects ``keys`` (neighbouring segments' Iceberg data files, in offset
+        order) as the one object ``key``, verified by read-back; returns its
+        ``{key, rows, size, sha256}``. Files of older schema versions get the newer
+        columns as nulls."""
+        tables = []
+        for k in keys:
+            with self.store.open(k) as f:
+                tables.append(pq.read_table(f))
+        table = pa.concat_tables(tables, promote_options="permissive")
+        data = self._parquet(table)
+        done = {"key": key, "rows": table.num_rows, "size": len(data), "sha256": _sha(data)}
+        self.store.put(key, data)
+        self._verify(key, str(done["sha256"]), table.num_rows)
+        return done
+
     def verify(self, manifest: Manifest) -> None:
-        """Read the object back: same bytes (checksum) and the row count Parquet reports."""
-        data = self.store.get(manifest.object_key)
-        if hashlib.sha256(data).hexdigest() != manifest.sha256:
-            raise OffloadVerificationError(f"{manifest.object_key}: checksum differs after upload")
+        """Read the objects back: same bytes (checksum) and the row count Parquet reports."""
+        for o in manifest.objects:
+            self._verify(str(o["key"]), str(o["sha256"]), int(o["rows"]))
+        if not manifest.objects:
+            self._verify(manifest.object_key, manifest.sha256, manifest.row_count)
+
+    def _verify(self, key: str, sha256: str, row_count: int) -> None:
+        data = self.store.get(key)
+        if _sha(data) != sha256:
+            raise OffloadVerificationError(f"{key}: checksum differs after upload")
         rows = pq.ParquetFile(io.BytesIO(data)).metadata.num_rows
-        if rows != manifest.row_count:
-            raise OffloadVerificationError(
-                f"{manifest.object_key}: {rows} rows read back, {manifest.row_count} written"
-            )
+        if rows != row_count:
+            raise OffloadVerificationError(f"{key}: {rows} rows read back, {row_count} written")
 
     def delete(self, key: str) -> None:
         """Delete an object and its manifest (missing ones are fine)."""
@@ -170,3 +242,34 @@ class Offloader:
         """Delete everything ``attempt`` wrote, finished or not (missing is fine)."""
         for key in self.store.list(attempt_prefix(partition, segment_id, attempt)):
             self.store.delete(key)
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+# distinct in nearly every row: trying a dictionary first only costs time
+_NO_DICTIONARY = frozenset(
+    {"value", "__value", "offset", "__offset", "sequence_id", "__sequence_id"}
+)
+
+
+def _dictionary_columns(schema: pa.Schema) -> list[str]:
+    """Leaf column paths worth a dictionary: all but the values, offsets, sequence ids."""
+    paths: list[str] = []
+
+    def walk(prefix: str, data_type: pa.DataType) -> None:
+        if pa.types.is_struct(data_type):
+            for child in data_type:
+                walk(f"{prefix}.{child.name}", child.type)
+        elif pa.types.is_map(data_type):
+            paths.extend((f"{prefix}.key_value.key", f"{prefix}.key_value.value"))
+        elif pa.types.is_list(data_type):
+            walk(f"{prefix}.list.element", data_type.value_type)
+        else:
+            paths.append(prefix)
+
+    for f in schema:
+        if f.name not in _NO_DICTIONARY:
+            walk(f.name, f.type)
+    return paths

@@ -8,6 +8,12 @@ One row per message, sorted by offset, columns::
 ``entry_offset``, ``batch_size`` (-1 = not a batch) and ``entry_format`` let a reader
 rebuild the original entries, so message ids stay what they were before the offload. Timestamps are
 ``timestamp[us, tz=UTC]``, which is what Spark's Arrow path expects.
+
+With an Iceberg catalog the segment's objects are the table's data files instead (layout 2,
+:mod:`magnetar.tier.iceberg.columns`): the same columns under the table's names
+(``__offset``…, ``__entry_offset``, ``__batch_size``, ``__entry_format``,
+``__schema_version``), the original value bytes in ``value`` (no schema) or ``__value``
+(beside the typed columns). :func:`as_layout` reads either as this layout.
 """
 
 from __future__ import annotations
@@ -42,6 +48,21 @@ SCHEMA = pa.schema(
     ],
     metadata={"magnetar.layout": "1"},
 )
+# layout column → its name in a segment object that is an Iceberg data file (layout 2)
+TABLE_NAMES = {
+    "offset": "__offset",
+    "publish_time": "__publish_time",
+    "event_time": "__event_time",
+    "key": "__key",
+    "properties": "__properties",
+    "producer_name": "__producer",
+    "sequence_id": "__sequence_id",
+    "schema_version": "__schema_version",
+    "entry_offset": "__entry_offset",
+    "batch_size": "__batch_size",
+    "entry_format": "__entry_format",
+}
+RAW_VALUE = "__value"  # the original value bytes of a table with typed columns
 _MESSAGE_FIELDS = ("offset", "event_time", "key", "value", "properties", "sequence_id")
 _ENTRY_FIELDS = tuple(name for name in SCHEMA.names if name not in _MESSAGE_FIELDS)
 
@@ -113,6 +134,51 @@ class _TableBuilder:
         return pa.Table.from_arrays(arrays, schema=SCHEMA)
 
 
+def is_table_layout(names: list[str]) -> bool:
+    """True for the columns of a segment object that is an Iceberg data file (layout 2)."""
+    return "__offset" in names
+
+
+def file_columns(names: list[str], wanted: list[str]) -> list[str]:
+    """The columns of an object (whose columns are ``names``) holding the layout columns
+    ``wanted``, in that order."""
+    if not is_table_layout(names):
+        return list(wanted)
+    return [file_column(names, name) for name in wanted]
+
+
+def file_column(names: list[str], name: str) -> str:
+    if not is_table_layout(names):
+        return name
+    if name == "value":
+        return RAW_VALUE if RAW_VALUE in names else "value"
+    return TABLE_NAMES[name]
+
+
+def offset_leaf(meta: Any) -> int:
+    """The index of the offset column among a Parquet footer's leaf columns (the index its
+    row groups' statistics go by), in either layout."""
+    for i in range(meta.num_columns):
+        if meta.schema.column(i).path in ("offset", "__offset"):
+            return i
+    raise UnsupportedEntryFormatError("a segment object without an offset column")
+
+
+def as_layout(table: pa.Table) -> pa.Table:
+    """An object's rows (either layout, any projection) under this layout's column names and
+    types; the typed columns of a layout-2 object are left out."""
+    names = table.column_names
+    if not is_table_layout(names):
+        return table
+    arrays, fields = [], []
+    for field in SCHEMA:
+        column = file_column(names, field.name)
+        if column in names:
+            arrays.append(table.column(column).cast(field.type))
+            fields.append(field)
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata=SCHEMA.metadata))
+
+
 def entry_boundaries(table: pa.Table, target_rows: int) -> list[int]:
     """Row indexes where row groups of about ``target_rows`` may start without splitting
     an entry (a batch's rows stay in one row group)."""
@@ -126,13 +192,15 @@ def entry_boundaries(table: pa.Table, target_rows: int) -> list[int]:
 
 def _entry_ends(table: pa.Table) -> list[int]:
     """The row after each entry's last: entries are runs of rows sharing ``entry_offset``."""
-    starts = table.column("entry_offset").combine_chunks()
+    column = "entry_offset" if "entry_offset" in table.column_names else "__entry_offset"
+    starts = table.column(column).combine_chunks()
     ends: list[int] = pc.run_end_encode(starts).run_ends.to_pylist()
     return ends
 
 
 def table_to_entries(table: pa.Table, segment_id: int) -> Iterator[Entry]:
     """Rebuild entries from rows (consecutive rows sharing ``entry_offset``)."""
+    table = as_layout(table)
     ends = _entry_ends(table)
     firsts = table.take([0, *ends[:-1]]) if ends else table.slice(0, 0)
     starts = firsts.column("entry_offset").to_pylist()

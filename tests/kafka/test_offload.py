@@ -113,6 +113,6 @@ def test_kafka_batches_offload_and_read_back(server: StandaloneProcess) -> None:
 
     objects = sorted(Path(server.data_dir, "tier").rglob("*.parquet"))
     assert objects
-    rows = pq.read_table(objects[0]).to_pylist()
-    assert rows[0]["key"] == "k0" and rows[0]["value"] == sent[0][1]
-    assert rows[0]["properties"] == [("h", "x")]
+    rows = pq.read_table(objects[0]).to_pylist()  # the topic table's data file (Iceberg names)
+    assert rows[0]["__key"] == "k0" and rows[0]["value"] == sent[0][1]
+    assert rows[0]["__properties"] == [("h", "x")]

@@ -11,6 +11,14 @@ the union of every schema version, in version order, so a field added by a later
 (optional, as Pulsar's compatibility rules require) is a column added at the end: the
 Iceberg schema update that follows the topic's.
 
+The segment objects of a topic with a catalog *are* its data files (layout 2 of
+:mod:`magnetar.tier.parquet`): after the typed columns come the tier's own, which rebuild
+the original entries byte for byte — ``__schema_version``, ``__entry_offset``,
+``__batch_size``, ``__entry_format`` and ``__value`` (the value as sent; only beside typed
+columns, a ``value binary`` table holds it already) — between the envelope and the typed
+columns. Readers of the typed columns ignore them; rows registered from an older segment
+object hold them null.
+
 Values are decoded per row with the schema version the producer wrote them with (AVRO's
 writer schema; JSON needs none). A value that does not decode, or does not fit the column
 types, leaves every typed column of its row null: the envelope, and the tier's own copy of
@@ -52,6 +60,13 @@ _FROM_LAYOUT = {
     "__sequence_id": "sequence_id",
 }
 VALUE = pa.field("value", pa.binary())
+RAW_VALUE = pa.field("__value", pa.binary())
+TIER_COLUMNS = [
+    pa.field("__schema_version", pa.int64()),
+    pa.field("__entry_offset", pa.int64()),
+    pa.field("__batch_size", pa.int32()),
+    pa.field("__entry_format", pa.int32()),
+]
 RECORD_SCHEMAS = ("JSON", "AVRO")
 DAY_MICROS = 86_400_000_000
 
@@ -82,16 +97,25 @@ class ValueSchema:
         return pa.struct(list(fields.values()))
 
 
-def table_schema(value_schema: ValueSchema | None) -> pa.Schema:
-    """The Arrow schema of a topic's Iceberg rows."""
+def table_schema(value_schema: ValueSchema | None, *, tier_columns: bool = False) -> pa.Schema:
+    """The Arrow schema of a topic's Iceberg rows (with ``tier_columns``: of the data files
+    that are also the tier's segment objects)."""
     record = value_schema.record if value_schema is not None else None
     typed = list(record) if record is not None else [VALUE]
-    return pa.schema([*ENVELOPE, *typed])
+    tier = TIER_COLUMNS + ([RAW_VALUE] if record is not None else []) if tier_columns else []
+    return pa.schema([*ENVELOPE, *tier, *typed])  # typed last: evolution appends to them
 
 
-def to_table_rows(layout: pa.Table, partition: int, value_schema: ValueSchema | None) -> pa.Table:
-    """Rows of the tier's Parquet layout → rows of the topic's Iceberg table."""
-    schema = table_schema(value_schema)
+def to_table_rows(
+    layout: pa.Table,
+    partition: int,
+    value_schema: ValueSchema | None,
+    *,
+    tier_columns: bool = False,
+) -> pa.Table:
+    """Rows of the tier's Parquet layout → rows of the topic's Iceberg table (with
+    ``tier_columns``: also the columns that rebuild the original entries)."""
+    schema = table_schema(value_schema, tier_columns=tier_columns)
     record = value_schema.record if value_schema is not None else None
     arrays: list[pa.Array | pa.ChunkedArray] = []
     for field in ENVELOPE:
@@ -99,6 +123,11 @@ def to_table_rows(layout: pa.Table, partition: int, value_schema: ValueSchema | 
             arrays.append(pa.repeat(pa.scalar(partition, pa.int32()), layout.num_rows))
         else:
             arrays.append(layout.column(_FROM_LAYOUT[field.name]))
+    if tier_columns:
+        for field in TIER_COLUMNS:
+            arrays.append(layout.column(field.name.removeprefix("__")).cast(field.type))
+        if record is not None:
+            arrays.append(layout.column("value"))
     if record is None:
         arrays.append(layout.column("value"))
     else:
@@ -174,6 +203,29 @@ def _decode_avro(
         return pa.array(rows, type=record)
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
         return decode_json([None if r is None else json.dumps(r).encode() for r in rows], record)
+
+
+def _days(rows: pa.Table) -> pa.Array:
+    """Days since 1970 (UTC) of each row's ``__publish_time``."""
+    micros = rows.column("__publish_time").combine_chunks().cast(pa.int64())
+    below = pc.if_else(pc.less(micros, 0), DAY_MICROS - 1, 0)
+    days: pa.Array = pc.divide(pc.subtract(micros, below), DAY_MICROS)
+    return days
+
+
+def split_runs(rows: pa.Table) -> list[tuple[int, pa.Table]]:
+    """``rows`` (in offset order) cut where the UTC day of ``__publish_time`` changes: each
+    piece a contiguous offset range within one day (a data file of a
+    ``day(__publish_time)`` table lies in one day), sliced without a copy. Nearly always one
+    piece per segment, two when it spans midnight."""
+    if rows.num_rows == 0:
+        return []
+    runs = pc.run_end_encode(_days(rows))
+    out, start = [], 0
+    for end, day in zip(runs.run_ends.to_pylist(), runs.values.to_pylist(), strict=True):
+        out.append((int(day), rows.slice(start, end - start)))
+        start = end
+    return out
 
 
 def split_by_day(rows: pa.Table) -> list[tuple[int, pa.Table]]:

@@ -5,14 +5,18 @@ Iceberg REST catalog. The warehouse is the tier's object store (``<tier>/iceberg
 table of ``tenant/ns/topic`` is ``tenant.ns.topic`` at ``<tier>/iceberg/tenant/ns/topic``,
 one table for all partitions of a partitioned topic (``__partition``).
 
-A segment's data files are written under its offload attempt's prefix in the object store
-(``<partition>/<segment>/<attempt>/iceberg-<day>.pq``, one per UTC day of publish time)
-and registered with ``add_files`` in one append snapshot whose summary names the segment
-and its offsets (``magnetar.segments``). So what an attempt wrote is found and deleted by
-its id like the tier's own objects, and a reader can tell which offsets a snapshot added.
-The files are Iceberg's, beside the tier's Parquet object rather than that object itself:
-the tier's layout keeps the bytes that rebuild the original entries (batches, compression,
-Kafka record batches), the table holds typed columns, and neither can be the other.
+A segment's data files are its objects in the tier (:meth:`IcebergTables.data_files`):
+written by the offloader under its offload attempt's prefix
+(``<partition>/<segment>/<attempt>/iceberg-<day>-<n>.parquet``, one per run of offsets
+published on one UTC day), they hold the typed columns and the columns that rebuild the
+original entries (batches, compression, Kafka record batches) byte for byte, so each
+message is stored once. They are registered with ``add_files`` in one append snapshot whose
+summary names the segment and its offsets (``magnetar.segments``): what an attempt wrote is
+found and deleted by its id, and a reader can tell which offsets a snapshot added.
+
+Segments offloaded before the catalog (or before this layout: ``data.parquet`` plus
+``iceberg-<day>.pq`` files) keep their objects; :meth:`IcebergTables.write_files` makes
+table files of such a segment's rows when it is registered later.
 
 Calls block (catalog and object store I/O): run them on a worker thread.
 """
@@ -20,6 +24,7 @@ Calls block (catalog and object store I/O): run them on a worker thread.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import json
 import threading
@@ -33,8 +38,15 @@ import pyarrow.parquet as pq
 
 from magnetar.core.names import TopicName
 from magnetar.tier.errors import IcebergCommitError, TierError
-from magnetar.tier.iceberg.columns import ValueSchema, split_by_day, table_schema, to_table_rows
+from magnetar.tier.iceberg.columns import (
+    ValueSchema,
+    split_by_day,
+    split_runs,
+    table_schema,
+    to_table_rows,
+)
 from magnetar.tier.object_store import ObjectStore, S3ObjectStore
+from magnetar.tier.offloader import ToFiles
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -148,6 +160,20 @@ class IcebergTables:
         return f"{self.store.url}/{key}"
 
     # -- writing ---------------------------------------------------------------------------
+
+    def data_files(self, partition: str, value_schema: ValueSchema | None) -> ToFiles:
+        """How the offloader turns a segment's rows into the objects that are also the
+        table's data files (typed by ``value_schema``, with the tier's columns)."""
+        index = partition_index(partition)
+
+        def to_files(layout: pa.Table) -> list[tuple[str, pa.Table]]:
+            rows = to_table_rows(layout, index, value_schema, tier_columns=True)
+            return [
+                (f"iceberg-{day:06d}-{n}.parquet", part)
+                for n, (day, part) in enumerate(split_runs(rows))
+            ]
+
+        return to_files
 
     def write_files(
         self,
@@ -308,12 +334,14 @@ class IcebergTables:
                 table = self._catalog_now().load_table(ident)
             except NoSuchTableError:
                 return
-            doomed = [
-                f
-                for seg in segs
-                for f in self._data_files(table, seg)
-                if f.file_path in {self.uri(k) for k in seg.keys}
-            ]
+            doomed = list(  # a compacted file is several segments' (listed once)
+                {
+                    f.file_path: f
+                    for seg in segs
+                    for f in self._data_files(table, seg)
+                    if f.file_path in {self.uri(k) for k in seg.keys}
+                }.values()
+            )
             if not doomed:
                 return
             try:
@@ -329,6 +357,58 @@ class IcebergTables:
         raise IcebergCommitError(f"{ident}: {COMMIT_TRIES} commits lost to other writers")
 
     # -- maintenance -----------------------------------------------------------------------
+
+    def replace(self, segments: list[SegmentFiles], key: str) -> int:
+        """Compaction: in one overwrite snapshot (``magnetar.operation``: ``compaction``),
+        the table stops referencing the ``segments``' data files and references ``key``,
+        which holds exactly their rows; returns the snapshot id. Idempotent: when the table
+        references ``key`` already, nothing changes. Raises IcebergCommitError when any of
+        the old files is not in the table (nothing is replaced then)."""
+        from pyiceberg.io.pyarrow import parquet_file_to_data_file
+
+        ident = identifier(segments[0].partition)
+        uri = self.uri(key)
+        props = {
+            SEGMENTS_PROPERTY: json.dumps([s.summary() for s in segments]),
+            OPERATION_PROPERTY: "compaction",
+        }
+        catalog = self.catalog
+        with self._lock:
+            for _ in range(COMMIT_TRIES):
+                table = catalog.load_table(ident)
+                span = dataclasses.replace(
+                    segments[0], last_offset=segments[-1].last_offset, keys=(key,)
+                )
+                if self._referenced(table, span):
+                    return _snapshot_id(table)
+                old = {self.uri(k) for seg in segments for k in seg.keys}
+                doomed = {
+                    f.file_path: f
+                    for seg in segments
+                    for f in self._data_files(table, seg)
+                    if f.file_path in old
+                }
+                if set(doomed) != old:
+                    raise IcebergCommitError(
+                        f"{ident}: {len(old) - len(doomed)} of the files to compact are not "
+                        "in the table; not compacting"
+                    )
+                try:
+                    added = parquet_file_to_data_file(table.io, table.metadata, uri)
+                    with (
+                        table.transaction() as tx,
+                        tx.update_snapshot(snapshot_properties=props).overwrite() as change,
+                    ):
+                        for data_file in doomed.values():
+                            change.delete_data_file(data_file)
+                        change.append_data_file(added)
+                except _commit_failed():
+                    time.sleep(0.01)
+                    continue
+                except (OSError, ValueError) as e:
+                    raise IcebergCommitError(f"cannot compact {ident}: {e}") from None
+                return _snapshot_id(catalog.load_table(ident))
+        raise IcebergCommitError(f"{ident}: {COMMIT_TRIES} commits lost to other writers")
 
     def expire_snapshots(self, partition: str, older_than_ms: int, keep: int) -> int:
         """Expire the table's snapshots taken before ``older_than_ms`` (epoch ms), except the
