@@ -579,16 +579,20 @@ def _peers(s: Settings) -> Peers:
 
 
 def _authorizer(s: Settings, permissions: Permissions) -> Authorizer | None:
-    """The node's authorizer when authorization is on (it needs authentication)."""
+    """The node's authorizer when authorization is on (it needs authentication, unless
+    ungranted resources are open to everyone: then clients without credentials are
+    ANONYMOUS)."""
     if not s.authorization_enabled:
         return None
-    if not s.authentication_enabled:
+    if not s.authentication_enabled and not s.allow_everyone_if_no_acl_found:
         raise ConfigError(
             "authorization_enabled", "authorization needs authentication_enabled: roles come "
-            "from credentials"
+            "from credentials (or allow_everyone_if_no_acl_found, Kafka's way)"
         )  # fmt: skip
     roles = frozenset(r.strip() for r in s.superuser_roles.split(",") if r.strip())
-    return Authorizer(permissions, roles)
+    return Authorizer(
+        permissions, roles, allow_everyone_if_no_acl_found=s.allow_everyone_if_no_acl_found
+    )
 
 
 def _broker_settings(s: Settings) -> BrokerSettings:

@@ -10,6 +10,15 @@ Pulsar's model, kept in the metadata store beside the namespace policies:
 - a **subscription** may be restricted to roles (Pulsar's ``subscriptionAuthRoles``): a role
   not listed may not use that subscription name, whatever it may consume.
 
+With ``allow_everyone_if_no_acl_found`` (Kafka's ``allow.everyone.if.no.acl.found``) a
+resource nobody holds a permission on is open to every role, Kafka's way: a topic with no
+namespace-wide and no topic grant may be produced to and consumed by anyone; a subscription
+reserved to no role is open; a tenant with no ``adminRoles`` may be administered by anyone,
+and what only a super-user may do is open too (Magnetar has no cluster-level grants). Once
+anything is granted on a resource, it is checked as without the setting. Authorization may
+then run without authentication: a client that proved nothing has the role ``ANONYMOUS``
+(Kafka's ``User:ANONYMOUS``).
+
 ``/admin/permissions/<tenant>/<namespace>`` holds, as JSON,
 ``{"namespace": {role: [action...]}, "topics": {local name: {role: [action...]}},
 "subscriptions": {name: [role...]}}``; :class:`Permissions` is the one owner of that path.
@@ -27,6 +36,7 @@ from magnetar.core.errors import MagnetarError
 from magnetar.core.names import TopicName
 from magnetar.meta import BadVersionError, MetadataStore, NodeExistsError
 
+ANONYMOUS = "ANONYMOUS"  # the role of a client that proved nothing (Kafka's User:ANONYMOUS)
 ACTIONS = ("produce", "consume", "functions", "sources", "sinks", "packages")
 
 
@@ -149,9 +159,13 @@ class Permissions:
 class Authorizer:
     """Answers "may ``role`` do this?" from the permissions and the tenants' admin roles."""
 
-    def __init__(self, permissions: Permissions, superusers: frozenset[str]) -> None:
+    def __init__(
+        self, permissions: Permissions, superusers: frozenset[str], *,
+        allow_everyone_if_no_acl_found: bool = False,
+    ) -> None:  # fmt: skip
         self.permissions = permissions
         self.superusers = superusers
+        self.open_if_ungranted = allow_everyone_if_no_acl_found
 
     def is_superuser(self, role: str) -> bool:
         return role in self.superusers
@@ -165,6 +179,29 @@ class Authorizer:
             return False
         return role in info.get("adminRoles", [])
 
+    async def may_administer(self, role: str, tenant: str) -> bool:
+        """A tenant admin, or anyone for a tenant with no admin roles when ungranted
+        resources are open."""
+        if await self.is_tenant_admin(role, tenant):
+            return True
+        if not self.open_if_ungranted:
+            return False
+        try:
+            info = await self.permissions.namespaces.tenant(tenant)
+        except MagnetarError:
+            return False
+        return not info.get("adminRoles")
+
+    async def is_ungranted(self, topic: TopicName) -> bool:
+        """True when ungranted resources are open and no role holds anything on ``topic``."""
+        if not self.open_if_ungranted:
+            return False
+        t = topic.base
+        granted = await self.permissions.get(t.tenant, t.namespace)
+        return not any(granted.namespace.values()) and not any(
+            granted.topics.get(t.local, {}).values()
+        )
+
     async def actions(self, role: str, topic: TopicName) -> set[str]:
         """What ``role`` may do on ``topic`` by grants (namespace and topic)."""
         t = topic.base
@@ -175,6 +212,8 @@ class Authorizer:
 
     async def allowed(self, role: str, topic: TopicName, action: str) -> bool:
         if await self.is_tenant_admin(role, topic.tenant):
+            return True
+        if await self.is_ungranted(topic):
             return True
         held = await self.actions(role, topic)
         if action == "lookup":  # Pulsar: a lookup needs produce or consume
@@ -204,12 +243,12 @@ class Authorizer:
             )
 
     async def require_tenant_admin(self, role: str, tenant: str) -> None:
-        if not await self.is_tenant_admin(role, tenant):
+        if not await self.may_administer(role, tenant):
             raise AuthorizationError(
                 f"role {role!r} is not an admin of tenant {tenant!r} (its adminRoles) nor a "
                 "super-user"
             )
 
     def require_superuser(self, role: str) -> None:
-        if not self.is_superuser(role):
+        if not self.is_superuser(role) and not self.open_if_ungranted:
             raise AuthorizationError(f"role {role!r} is not a super-user (superuser_roles)")

@@ -99,6 +99,13 @@ _STANDALONE_FLAGS: list[tuple[str, str, type, str]] = [
     ),
     ("--superuser-roles", "superuser_roles", str, "comma-separated roles that may do everything"),
     (
+        "--allow-everyone-if-no-acl-found",
+        "allow_everyone_if_no_acl_found",
+        str,
+        "with authorization, a resource nobody holds a permission on is open to all, and "
+        "authentication is optional (role ANONYMOUS): true | false (default)",
+    ),
+    (
         "--broker-client-auth-token",
         "broker_client_auth_token",
         str,

@@ -106,6 +106,10 @@ class Settings:
     # authorization (needs authentication): super-users, tenant admins and granted actions
     authorization_enabled: bool = False
     superuser_roles: str = ""  # comma-separated roles that may do everything
+    # Kafka's allow.everyone.if.no.acl.found: with authorization on, a resource nobody holds
+    # a permission on is open to every role; authorization may then run without
+    # authentication (clients that prove nothing are the role ANONYMOUS)
+    allow_everyone_if_no_acl_found: bool = False
     # the credential this node's own clients present (its views' reads of their sources): a
     # JWT or file:///PATH (Pulsar's brokerClientAuthenticationParameters); give its role
     # super-user rights

@@ -34,6 +34,7 @@ KEYS = {
     "authenticationRefreshCheckSeconds": "authentication_refresh_check_seconds",
     "authorizationEnabled": "authorization_enabled",
     "superUserRoles": "superuser_roles",
+    "allow.everyone.if.no.acl.found": "allow_everyone_if_no_acl_found",  # Kafka's name
     "brokerClientAuthenticationParameters": "broker_client_auth_token",
     "brokerClientTlsEnabled": "broker_client_tls_enabled",
     "brokerClientTrustCertsFilePath": "broker_client_trust_certs_file",

@@ -20,6 +20,7 @@ from typing import Any
 from aiohttp import web
 
 from magnetar.broker.authorization import (
+    ANONYMOUS,
     AuthorizationError,
     Authorizer,
     Permissions,
@@ -148,12 +149,15 @@ def scram_routes(store: ScramCredentials) -> list[Route]:
     ]  # fmt: skip
 
 
-def authorize(authorizer: Authorizer) -> Any:
-    """The middleware deciding, before the handler, whether the request's role may ask it."""
+def authorize(authorizer: Authorizer, unproven: bool = False) -> Any:
+    """The middleware deciding, before the handler, whether the request's role may ask it
+    (``unproven``: no authentication runs, every request is ANONYMOUS)."""
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         identity: Identity | None = request.get("identity")
+        if unproven:
+            identity = request["identity"] = Identity(ANONYMOUS, "anonymous")
         path = request.path
         if identity is None or path in _OPEN or path.startswith("/console"):
             return await handler(request)

@@ -251,8 +251,9 @@ class HttpServer:
         middlewares = [errors_as_json, valid_names, redirect_to_owner(self.broker)]
         if self.authenticator is not None:
             middlewares.insert(1, authenticate(self.authenticator, self.anonymous_role))
-            if self.authorizer is not None:
-                middlewares.insert(2, authorize(self.authorizer))
+        if self.authorizer is not None:  # without authentication: every request ANONYMOUS
+            unproven = self.authenticator is None
+            middlewares.insert(1 if unproven else 2, authorize(self.authorizer, unproven))
         app = web.Application(middlewares=middlewares, client_max_size=MAX_BODY_BYTES)
         table = self.routes()
         spec = openapi(table, __version__)

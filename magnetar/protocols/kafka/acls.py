@@ -12,7 +12,8 @@ so an ACL made by a Kafka admin client is a Pulsar grant and the other way round
 What has no Pulsar equivalent is refused with INVALID_REQUEST naming it (DENY entries,
 prefixed patterns, hosts other than ``*``, other operations and resource types). Only a
 super-user or an admin of the Kafka namespace's tenant may change or list ACLs
-(CLUSTER_AUTHORIZATION_FAILED); without authorization the APIs answer SECURITY_DISABLED.
+(CLUSTER_AUTHORIZATION_FAILED) — anyone, for a tenant with no admin roles, with
+``allow_everyone_if_no_acl_found``; without authorization the APIs answer SECURITY_DISABLED.
 """
 
 from __future__ import annotations
@@ -98,8 +99,7 @@ async def _guard(svc: Service, session: Session) -> tuple[Authorizer, str, str] 
     if auth is None:
         return SECURITY_DISABLED
     tenant, namespace = svc.settings.namespace.split("/")
-    role = session.identity.role if session.identity else ""
-    if not await auth.is_tenant_admin(role, tenant):
+    if not await auth.may_administer(session.role, tenant):
         return CLUSTER_AUTHORIZATION_FAILED
     return auth, tenant, namespace
 

@@ -8,6 +8,8 @@ and it is not auto-created). Group requests need the group's name not reserved t
 roles and ``consume`` on the Kafka namespace (or a GROUP ACL naming the role):
 GROUP_AUTHORIZATION_FAILED otherwise. Creating and deleting topics and the other admin APIs
 need an admin of the namespace's tenant (TOPIC_ / CLUSTER_AUTHORIZATION_FAILED).
+With ``allow_everyone_if_no_acl_found`` the role of a client that proved nothing is
+ANONYMOUS, and what nobody holds a grant on is open (see the authorization module).
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ async def run(handler: Handler, svc: Service, session: Session, req: wire.Reques
     auth = svc.authorizer
     if auth is None or req.api_key in _OPEN:
         return await handler(svc, session, req)
-    role = session.identity.role if session.identity else ""
+    role = session.role
     key = req.api_key
     if key == wire.PRODUCE:
         return await _per_topic(handler, svc, session, req, "produce", "topic_data", _produce)
@@ -68,7 +70,7 @@ async def run(handler: Handler, svc: Service, session: Session, req: wire.Reques
             return _group_denied(req)
         return await handler(svc, session, req)
     tenant = svc.settings.namespace.split("/")[0]
-    if await auth.is_tenant_admin(role, tenant):
+    if await auth.may_administer(role, tenant):
         return await handler(svc, session, req)
     return _admin_denied(req)
 
@@ -86,11 +88,11 @@ async def _per_topic(
     field: str, denied: Callable[[Any], dict[str, Any]],
 ) -> Response:  # fmt: skip
     auth = svc.authorizer
-    assert auth is not None and session.identity is not None
+    assert auth is not None
     allowed: list[Any] = []
     refused: list[Any] = []
     for entry in getattr(req.body, field):
-        ok = await auth.allowed(session.identity.role, _name(svc, _topic_of(entry)), action)
+        ok = await auth.allowed(session.role, _name(svc, _topic_of(entry)), action)
         (allowed if ok else refused).append(entry)
     if not refused:
         return await handler(svc, session, req)
@@ -177,7 +179,8 @@ async def _group_allowed(svc: Service, auth: Authorizer, role: str, group: str) 
     reserved = granted.subscriptions.get(group)
     if reserved is not None:
         return role in reserved
-    return "consume" in granted.namespace.get(role, [])
+    # no GROUP ACL: open when ungranted resources are (Kafka's allow.everyone.if.no.acl.found)
+    return auth.open_if_ungranted or "consume" in granted.namespace.get(role, [])
 
 
 def _group_denied(req: wire.Request) -> dict[str, Any]:

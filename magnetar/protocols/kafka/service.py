@@ -14,7 +14,7 @@ import weakref
 from dataclasses import dataclass, field
 
 from magnetar.broker import AccessMode, Broker, Producer, Topic
-from magnetar.broker.authorization import Authorizer
+from magnetar.broker.authorization import ANONYMOUS, Authorizer
 from magnetar.broker.scram import ScramCredentials, ScramExchange
 from magnetar.core.authentication import Authenticator, Identity
 from magnetar.core.errors import MagnetarError
@@ -146,6 +146,11 @@ class Session:
     producers: dict[int, Producer] = field(default_factory=dict)  # id(topic) → producer
     # (topic, partition) → whose turn it is to be admitted (see produce._produce_partition)
     turns: dict[tuple[str, int], asyncio.Lock] = field(default_factory=dict)
+
+    @property
+    def role(self) -> str:
+        """The role authorization checks: ANONYMOUS when nothing was proven."""
+        return self.identity.role if self.identity is not None else ANONYMOUS
 
     def listener_port(self, settings: KafkaSettings) -> int:
         """The port of the listener this connection came in on, as Metadata names it."""

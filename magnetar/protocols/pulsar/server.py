@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 
 from magnetar import __version__
 from magnetar.broker import Broker, Consumer, Delivery, SubType
-from magnetar.broker.authorization import Authorizer
+from magnetar.broker.authorization import ANONYMOUS, Authorizer
 from magnetar.broker.formats import KAFKA
 from magnetar.core.authentication import AuthenticationError, Authenticator, Identity
 from magnetar.core.connections import (
@@ -345,12 +345,15 @@ class Connection(asyncio.Protocol):
         """AuthorizationError unless the client's role may ``action`` on ``name`` (and use
         ``subscription``); nothing to check without authorization."""
         auth = self.server.authorizer
-        if auth is None or self.identity is None:
+        if auth is None:
             return
+        # no identity: authentication is off (authorization then runs only with
+        # allow_everyone_if_no_acl_found) and the client is ANONYMOUS
+        role = self.identity.role if self.identity is not None else ANONYMOUS
         if subscription:
-            await auth.require_subscription(self.identity.role, name, subscription)
+            await auth.require_subscription(role, name, subscription)
         else:
-            await auth.require(self.identity.role, name, action)
+            await auth.require(role, name, action)
 
     def authenticated(self, identity: Identity) -> None:
         """The client proved ``identity``: check its expiry every refresh interval."""
