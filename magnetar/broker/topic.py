@@ -83,6 +83,11 @@ class Topic:
         self._idle.set()
 
     @property
+    def end_offset(self) -> int:
+        """The offset the next entry will get (Kafka's log end offset)."""
+        return self.ledger.end_offset
+
+    @property
     def cursor_root(self) -> str:
         return f"/cursors/{self.name.path}"
 

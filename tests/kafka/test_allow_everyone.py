@@ -25,7 +25,10 @@ from magnetar.core.errors import ConfigError
 from magnetar.standalone import _authorizer
 from magnetar.testing.server import StandaloneProcess
 from tests.http.helpers import AdminHttp
+from tests.kafka.conftest import RawKafka
+from tests.kafka.test_leader_epochs import epoch_ends
 
+TOPIC_AUTHORIZATION_FAILED = 29
 QUIET = pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
 
 
@@ -67,6 +70,12 @@ def test_an_acl_closes_its_topic_to_everyone_else(server: StandaloneProcess) -> 
     refused = produce_error(server, granted)
     assert refused is not None and refused.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
     assert produce_error(server, other) is None
+    raw = RawKafka(server.kafka_port)  # OffsetForLeaderEpoch needs consume, as Fetch does
+    try:
+        assert epoch_ends(raw, granted, [(0, 0)]) == [(0, TOPIC_AUTHORIZATION_FAILED, -1, -1)]
+        assert epoch_ends(raw, other, [(0, 0)]) == [(0, 0, 0, 1)]
+    finally:
+        raw.close()
     described = admin.describe_acls(
         AclBindingFilter(
             ResourceType.TOPIC,

@@ -48,22 +48,35 @@ async def metadata(svc: Service, session: Session, req: Request) -> Response:
     if names is None or (req.api_version == 0 and not names):
         names, auto = list(await svc.topics.list()), False
     s = svc.settings
-    brokers: list[dict[str, Any]] = [
-        {"node_id": s.node_id, "host": s.advertised_host, "port": session.listener_port(s)}
-    ]
-    ownership = svc.broker.ownership
-    if ownership is not None:  # every live broker; a partition's leader is its owner
-        brokers = []
-        for b in await ownership.brokers():
-            host, port = session.broker_address(b.kafka, b.kafka_tls)
-            brokers.append({"node_id": b.kafka_node, "host": host, "port": port})
+    brokers = await live_brokers(svc, session)
     return {
         "throttle_time_ms": 0,
         "brokers": brokers,
         "cluster_id": s.cluster_id,
-        "controller_id": min((int(b["node_id"]) for b in brokers), default=s.node_id),
+        "controller_id": controller_id(svc, brokers),
         "topics": [await topic_metadata(svc, name, auto) for name in names],
     }
+
+
+async def live_brokers(svc: Service, session: Session) -> list[dict[str, Any]]:
+    """Every live broker as Metadata names it (node_id, host, port): this node alone in
+    standalone mode; in a cluster every registered broker (a partition's leader is its
+    owner)."""
+    s = svc.settings
+    ownership = svc.broker.ownership
+    if ownership is None:
+        return [{"node_id": s.node_id, "host": s.advertised_host,
+                 "port": session.listener_port(s)}]  # fmt: skip
+    brokers = []
+    for b in await ownership.brokers():
+        host, port = session.broker_address(b.kafka, b.kafka_tls)
+        brokers.append({"node_id": b.kafka_node, "host": host, "port": port})
+    return brokers
+
+
+def controller_id(svc: Service, brokers: list[dict[str, Any]]) -> int:
+    """The broker Metadata names as controller: the lowest live node id."""
+    return min((int(b["node_id"]) for b in brokers), default=svc.settings.node_id)
 
 
 async def _requested_name(svc: Service, topic: Any) -> str | uuid.UUID:

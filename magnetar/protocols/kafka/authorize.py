@@ -63,6 +63,8 @@ async def run(handler: Handler, svc: Service, session: Session, req: wire.Reques
         return await _per_topic(handler, svc, session, req, "consume", "topics", _fetch)
     if key == wire.LIST_OFFSETS:
         return await _per_topic(handler, svc, session, req, "consume", "topics", _offsets)
+    if key == wire.OFFSET_FOR_LEADER_EPOCH:
+        return await _per_topic(handler, svc, session, req, "consume", "topics", _epochs)
     if key == wire.METADATA:
         return await _metadata(handler, svc, session, req, auth, role)
     if key in _GROUP_APIS:
@@ -105,7 +107,8 @@ async def _per_topic(
         return None
     if answer is None:
         answer = _empty(req)
-    key = "responses" if req.api_key != wire.LIST_OFFSETS else "topics"
+    key = "topics" if req.api_key in (wire.LIST_OFFSETS, wire.OFFSET_FOR_LEADER_EPOCH) else (
+        "responses")  # fmt: skip
     answer[key] = list(answer.get(key, [])) + [denied(e) for e in refused]
     return answer
 
@@ -113,7 +116,7 @@ async def _per_topic(
 def _empty(req: wire.Request) -> dict[str, Any]:
     if req.api_key == wire.FETCH:
         return {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": []}
-    if req.api_key == wire.LIST_OFFSETS:
+    if req.api_key in (wire.LIST_OFFSETS, wire.OFFSET_FOR_LEADER_EPOCH):
         return {"throttle_time_ms": 0, "topics": []}
     return {"responses": [], "throttle_time_ms": 0}
 
@@ -138,6 +141,12 @@ def _offsets(t: Any) -> dict[str, Any]:
     parts = [{"partition_index": p.partition_index, "error_code": TOPIC_AUTHORIZATION_FAILED,
               "timestamp": -1, "offset": -1} for p in t.partitions]  # fmt: skip
     return {"name": t.name, "partitions": parts}
+
+
+def _epochs(t: Any) -> dict[str, Any]:
+    parts = [{"partition": p.partition, "error_code": TOPIC_AUTHORIZATION_FAILED,
+              "leader_epoch": -1, "end_offset": -1} for p in t.partitions]  # fmt: skip
+    return {"topic": t.topic, "partitions": parts}
 
 
 async def _metadata(

@@ -47,7 +47,7 @@ CREATE_TOPICS, DELETE_TOPICS, INIT_PRODUCER_ID, DESCRIBE_CONFIGS = 19, 20, 22, 3
 CONSUMER_GROUP_HEARTBEAT, CONSUMER_GROUP_DESCRIBE = 68, 69
 DELETE_RECORDS, ALTER_CONFIGS, DESCRIBE_LOG_DIRS, CREATE_PARTITIONS = 21, 33, 35, 37
 DELETE_GROUPS, ELECT_LEADERS, INCREMENTAL_ALTER_CONFIGS, OFFSET_DELETE = 42, 43, 44, 47
-DESCRIBE_TOPIC_PARTITIONS = 75
+DESCRIBE_TOPIC_PARTITIONS, OFFSET_FOR_LEADER_EPOCH, DESCRIBE_QUORUM = 75, 23, 55
 ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT = 24, 25, 26, 28
 ALTER_REPLICA_LOG_DIRS, ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS = 34, 45, 46
 SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
@@ -100,6 +100,13 @@ _APIS: dict[int, tuple[Any, Any, int, int]] = {
     CREATE_PARTITIONS: (admin.CreatePartitionsRequest, admin.CreatePartitionsResponse, 0, 3),
     DELETE_GROUPS: (admin.DeleteGroupsRequest, admin.DeleteGroupsResponse, 0, 2),
     ELECT_LEADERS: (admin.ElectLeadersRequest, admin.ElectLeadersResponse, 0, 2),
+    OFFSET_FOR_LEADER_EPOCH: (
+        consumer.OffsetForLeaderEpochRequest,
+        consumer.OffsetForLeaderEpochResponse,
+        2,
+        4,
+    ),
+    DESCRIBE_QUORUM: (admin.DescribeQuorumRequest, admin.DescribeQuorumResponse, 0, 2),
     INCREMENTAL_ALTER_CONFIGS: (
         admin.IncrementalAlterConfigsRequest,
         admin.IncrementalAlterConfigsResponse,
