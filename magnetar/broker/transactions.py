@@ -10,13 +10,15 @@ LSO has passed them, an aborted transaction's messages and the markers themselve
 never delivered — a Pulsar subscription acknowledges them for its consumers. Offsets and
 message ids do not change: what is hidden leaves a gap.
 
-The index is durable in the metadata store (``/transactions/<topic path>``): a transaction
-is recorded as open *before* its first batch is appended (else a crash could forget an
-open transaction and show its data once it is aborted), and as committed or aborted soon
-after its marker is appended, in the background: the marker in the log is the truth, so
-EndTxn does not wait for that record, and one written late or lost in a crash is healed at
-load by reading the open transactions' part of the log for their markers. Aborted transactions whose
-marker retention has deleted are forgotten.
+The index is durable in the metadata store (``/transactions/<topic path>``) as a snapshot
+plus the offset it was taken at (``scanFrom``): every transaction open then is in it, and
+everything after that offset is in the log, where a transactional batch with no open
+transaction of its producer opens one and a marker ends it. Loading replays the log from the
+oldest recorded open transaction (or ``scanFrom``) to the end. So opening a transaction
+writes nothing (its batch lands after ``scanFrom``), except the very first one of a partition,
+which creates the record before its batch is appended; ends, and the offset with them, are
+recorded in the background, coalesced. Aborted transactions whose marker retention has
+deleted are forgotten.
 """
 
 from __future__ import annotations
@@ -62,7 +64,8 @@ class TransactionIndex:
         return f"{ROOT}/{self.path}"
 
     async def load(self) -> None:
-        """Read the record, then heal it from the log (markers it missed)."""
+        """Read the record, then replay the log after it (transactions it did not see
+        open or end)."""
         found = await self.meta.get(self.node)
         if found is None:
             return
@@ -70,20 +73,33 @@ class TransactionIndex:
         self.used = True
         self.open = {int(p): int(first) for p, first in raw["open"].items()}
         self.aborted = [Aborted(*a) for a in raw["aborted"]]
-        if self.open and await self._heal():
+        # records written before scanFrom existed held every open transaction
+        scan_from = int(raw.get("scanFrom", self.ledger.end_offset))
+        if await self._replay(min([*self.open.values(), scan_from])):
             await self._save()
 
-    async def _heal(self) -> bool:
-        """Close the open transactions whose marker is in the log; True if one was."""
-        offset, changed = max(min(self.open.values()), self.ledger.start_offset), False
-        while self.open and offset < self.ledger.end_offset:
+    async def _replay(self, offset: int) -> bool:
+        """Apply the log from ``offset`` on: batches open their producer's transaction,
+        markers end it. True if anything changed."""
+        offset, changed = max(offset, self.ledger.start_offset), False
+        known = {(a.producer_id, a.last) for a in self.aborted}
+        while offset < self.ledger.end_offset:
             entries = await self.ledger.read(offset, max_entries=READ_ENTRIES)
             if not entries:
                 break
             for entry in entries:
                 mark = formats.transaction_of(entry.format, entry.payload)
-                if mark is not None and mark.control and mark.producer_id in self.open:
-                    self._close(mark.producer_id, mark.commit, entry.base_offset)
+                if mark is None:
+                    continue
+                pid = mark.producer_id
+                if not mark.control:
+                    if pid not in self.open:
+                        self.open[pid], changed = entry.base_offset, True
+                elif pid in self.open:
+                    if (pid, entry.base_offset) in known:  # in the record already
+                        self.open.pop(pid)
+                    else:
+                        self._close(pid, mark.commit, entry.base_offset)
                     changed = True
             offset = entries[-1].next_offset
         return changed
@@ -92,13 +108,16 @@ class TransactionIndex:
 
     async def opening(self, producer_id: int, at_least: int) -> None:
         """A transactional batch of ``producer_id`` is about to be appended at ``at_least``
-        or later: its transaction opens there unless it is open. Durable on return."""
+        or later: its transaction opens there unless it is open. Durable on return: the
+        record's ``scanFrom`` is at or below ``at_least``, so a load replays the batch; only
+        a partition's first transaction waits for the record to be created."""
         if producer_id in self.open:
             return
-        async with self._lock:
-            if producer_id not in self.open:
-                self.open[producer_id] = at_least
-                await self._save()
+        self.open[producer_id] = at_least
+        if not self.used:
+            async with self._lock:
+                if not self.used:
+                    await self._save()
 
     def ended(self, producer_id: int, commit: bool, offset: int) -> None:
         """The marker of ``producer_id``'s transaction was appended at ``offset``: readers
@@ -130,11 +149,12 @@ class TransactionIndex:
         return True
 
     async def _save(self) -> None:
-        start = self.ledger.start_offset
+        start, scan_from = self.ledger.start_offset, self.ledger.end_offset
         self.aborted = [a for a in self.aborted if a.last >= start]  # retention took them
         body = {
             "open": {str(p): first for p, first in self.open.items()},
             "aborted": [[a.producer_id, a.first, a.last] for a in self.aborted],
+            "scanFrom": scan_from,  # what opens or ends after this is in the log
         }
         await self.meta.put(self.node, json.dumps(body).encode())
         self.used = True

@@ -89,6 +89,32 @@ async def test_the_record_survives_a_reload_and_is_healed_from_the_log(
     assert again.last_stable() == ledger.end_offset
 
 
+async def test_a_transaction_opened_after_the_record_is_found_by_replaying_the_log(
+    ledger: ManagedLedger, meta: MemoryMetadataStore
+) -> None:
+    """Only a partition's first transaction writes the record before its batch; a later one
+    writes nothing when it opens, and a crash then still finds it open (the log after the
+    record's scanFrom is replayed)."""
+    index = TransactionIndex(meta, PATH, ledger)
+    await data(ledger, index, 1)
+    await end(ledger, index, 1, commit=True)
+    await index.flush()
+    before = await meta.get(index.node)
+    opened = await data(ledger, index, 2)
+    plain = await data(ledger, index, None)  # a message after it waits behind it
+    after = await meta.get(index.node)
+    assert before is not None and after is not None
+    assert after.stat.version == before.stat.version  # opening wrote nothing
+    again = TransactionIndex(meta, PATH, ledger)
+    await again.load()
+    assert again.open == {2: opened} and again.last_stable() == opened < plain
+    await end(ledger, again, 2, commit=False)
+    await again.flush()
+    third = TransactionIndex(meta, PATH, ledger)
+    await third.load()
+    assert third.open == {} and [(a.producer_id, a.first) for a in third.aborted] == [(2, opened)]
+
+
 @pytest.mark.parametrize("sub_type", [SubType.EXCLUSIVE, SubType.SHARED, SubType.KEY_SHARED])
 async def test_dispatch_stops_at_the_lso_and_passes_hidden_entries_over(
     ledger: ManagedLedger, meta: MemoryMetadataStore, sub_type: SubType

@@ -194,6 +194,33 @@ def test_the_transaction_state_survives_a_restart(
     assert _read_all(bootstrap, topic, "read_committed", 1) == [b"after-restart"]
 
 
+def test_an_open_transaction_survives_kill_9(standalone: StandaloneProcess, bootstrap: str) -> None:
+    """A partition's second transaction writes nothing when it opens (the index finds it
+    in the log after its record): after kill -9 it is still open, so read_committed readers
+    stop before it and before a plain message after it, until it is aborted."""
+    topic = _topic(bootstrap, partitions=1)
+    tid = f"tid-{topic}"
+    producer = _producer(bootstrap, tid)
+    producer.begin_transaction()
+    producer.produce(topic, b"first")
+    producer.commit_transaction(TIMEOUT_S)
+    producer.begin_transaction()
+    producer.produce(topic, b"open-at-crash")
+    producer.flush(TIMEOUT_S)
+    plain = Producer({"bootstrap.servers": bootstrap})
+    plain.produce(topic, b"plain-after")
+    assert plain.flush(TIMEOUT_S) == 0
+    standalone.kill()
+    standalone.start()
+    assert _read_all(bootstrap, topic, "read_committed", 1) == [b"first"]  # held at the LSO
+    again = _producer(bootstrap, tid)  # aborts the open transaction (and fences the old one)
+    again.begin_transaction()
+    again.produce(topic, b"after-restart")
+    again.commit_transaction(TIMEOUT_S)
+    got = _read_all(bootstrap, topic, "read_committed", 3)
+    assert got == [b"first", b"plain-after", b"after-restart"]
+
+
 def test_kafka_python_transactional_producer(bootstrap: str) -> None:
     topic = _topic(bootstrap, partitions=1)
     producer = KafkaProducer(bootstrap_servers=bootstrap, transactional_id=f"kp-{topic}")
