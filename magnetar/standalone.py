@@ -25,6 +25,7 @@ from magnetar.broker.errors import InvalidRequestError
 from magnetar.broker.offload import OffloadService
 from magnetar.broker.ownership import BrokerInfo, Ownership, parse_range
 from magnetar.broker.peers import Peers
+from magnetar.broker.records import RecordKind
 from magnetar.broker.retention import RetentionService
 from magnetar.broker.scram import ScramCredentials
 from magnetar.broker.shedding import ClusterLeader, Shedder
@@ -204,7 +205,7 @@ class Standalone:
             node.http.extra_routes += permission_routes(permissions)
             node.http.extra_routes += scram_routes(ScramCredentials(meta))
             node.http.connection_limits = _connection_limits(settings)
-            node.views = ViewService(settings, meta, broker)
+            node.views = ViewService(settings, broker.records(RecordKind.VIEWS), broker)
             node.http.extra_routes += view_routes(node.views)
             node.http.metric_sources += _metric_sources(node)
             node.http.extra_routes += _storage_node_routes(storage)

@@ -107,3 +107,64 @@ def _module_file(module: str) -> str:
 
 def test_the_seams_hold() -> None:
     assert _seam_violations() == []
+
+
+# Above the broker (protocol servers, http, views, Spark) topics and metadata are reached only
+# through the broker's typed calls (Topic.read / end_offset / message_id / segments …,
+# Broker.partitioned_topics / records / leases …): never the managed ledger, the metadata
+# store or storage, so the ledger beneath can become remote without changing them.
+ABOVE_BROKER = ("protocols/", "http/", "views/", "spark/")
+BELOW_BROKER = ("magnetar.ledger", "magnetar.meta", "magnetar.storage", "magnetar.tier")
+HIDDEN_ATTRIBUTES = {"ledger", "meta"}
+# The Arrow layout of history rows (pure codecs: entries ↔ Arrow) is the read contract of
+# DESIGN.md decisions 4-5, shared by offload, Flight and the Spark source; Spark also reads
+# offloaded objects straight from the object store (decision 5).
+LAYOUT = ("magnetar.tier.parquet", "magnetar.tier.rows")
+DIRECT_READS = {"spark/": ("magnetar.tier.object_store",)}
+
+
+def _above_broker_violations(path: Path, rel: str) -> list[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    bad = []
+    allowed = LAYOUT + next((v for k, v in DIRECT_READS.items() if rel.startswith(k)), ())
+    for module in _imports(path):
+        if module.startswith(BELOW_BROKER) and not module.startswith(allowed):
+            bad.append(f"{rel} imports {module}: reach it through magnetar.broker")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in HIDDEN_ATTRIBUTES:
+            bad.append(f"{rel}:{node.lineno} reads .{node.attr}: use the broker's typed calls")
+    return bad
+
+
+def _all_above_broker_violations() -> list[str]:
+    bad = []
+    for path in sorted(ROOT.rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel.startswith(ABOVE_BROKER):
+            bad += _above_broker_violations(path, rel)
+    return bad
+
+
+def test_nothing_above_the_broker_reaches_the_ledger_or_metadata() -> None:
+    assert _all_above_broker_violations() == []
+
+
+def test_the_check_catches_a_reach_below_the_broker(tmp_path: Path) -> None:
+    sample = tmp_path / "x.py"
+    sample.write_text(
+        "from magnetar.meta import MetadataStore\n"
+        "import magnetar.storage.engine\n"
+        "from magnetar.tier.parquet import SCHEMA\n"
+        "from magnetar.tier.object_store import open_object_store\n"
+        "end = topic.ledger.end_offset\n"
+        "names = broker.meta.list_children('/admin/partitioned/public/default')\n"
+    )
+    found = _above_broker_violations(sample, "http/x.py")
+    assert found == [
+        "http/x.py imports magnetar.meta: reach it through magnetar.broker",
+        "http/x.py imports magnetar.storage.engine: reach it through magnetar.broker",
+        "http/x.py imports magnetar.tier.object_store: reach it through magnetar.broker",
+        "http/x.py:5 reads .ledger: use the broker's typed calls",
+        "http/x.py:6 reads .meta: use the broker's typed calls",
+    ]
+    assert len(_above_broker_violations(sample, "spark/x.py")) == 4  # direct reads allowed

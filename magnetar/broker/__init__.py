@@ -4,6 +4,10 @@ from magnetar.broker.broker import Broker, BrokerSettings
 from magnetar.broker.subscription import Consumer, ConsumerSink, Delivery, Subscription, SubType
 from magnetar.broker.topic import AccessMode, Producer, PublishResult, Topic
 
+# Typed values of the ledger beneath, re-exported for the areas above the broker (they never
+# import magnetar.ledger: tests/test_tiers.py): what Topic.segments() returns.
+from magnetar.ledger import SegmentState, SegmentView
+
 __all__ = [
     "AccessMode",
     "Broker",
@@ -13,6 +17,8 @@ __all__ = [
     "Delivery",
     "Producer",
     "PublishResult",
+    "SegmentState",
+    "SegmentView",
     "SubType",
     "Subscription",
     "Topic",

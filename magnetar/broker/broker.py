@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 from dataclasses import dataclass
+from typing import Any
 
 from magnetar.broker import policies as paths
 from magnetar.broker.compaction import TopicCompaction
@@ -28,6 +29,7 @@ from magnetar.broker.ownership import Ownership
 from magnetar.broker.peers import Peers
 from magnetar.broker.policies import Namespaces, Policies, TopicPolicyStore
 from magnetar.broker.producer_names import ProducerNames
+from magnetar.broker.records import IdBlock, LeaseKind, Leases, RecordKind, RecordStore, reserve_ids
 from magnetar.broker.schemas import SchemaRegistry
 from magnetar.broker.subscription import UnackedLimits
 from magnetar.broker.topic import Topic
@@ -347,11 +349,53 @@ class Broker:
             await topic.dedup.snapshot()
             topic.dedup = None
 
+    async def partitioned_topics(self, tenant: str, namespace: str) -> list[str]:
+        """Local names of the namespace's partitioned topics (no check that it exists)."""
+        return await self.meta.list_children(f"/admin/partitioned/{tenant}/{namespace}")
+
+    async def subscription_exists(self, name: TopicName, subscription: str) -> bool:
+        """Whether partition (or plain topic) ``name`` has the durable ``subscription``,
+        loaded here or not."""
+        return await self.meta.exists(f"/cursors/{name.path}/{subscription}")
+
+    # -- what the areas above keep in the metadata store (see magnetar.broker.records) -----
+
+    def records(self, kind: RecordKind) -> RecordStore:
+        return RecordStore(self.meta, kind)
+
+    def leases(self, kind: LeaseKind) -> Leases:
+        return Leases(self.meta, kind)
+
+    async def reserve_ids(self, block: IdBlock, size: int) -> int:
+        """The first number of a block of ``size`` no caller ever got before (durable)."""
+        return await reserve_ids(self.meta, block, size)
+
+    # -- the object store and Iceberg tables behind the ledgers ---------------------------
+
+    @property
+    def object_store_url(self) -> str | None:
+        """Where offloaded segments live (readers go there directly), or None."""
+        return self.ledgers.object_store_url
+
+    @property
+    def has_tables(self) -> bool:
+        """True when offloaded segments are registered in an Iceberg catalog."""
+        return self.ledgers.has_tables
+
+    async def table_of(self, name: TopicName) -> dict[str, Any] | None:
+        """The Iceberg table of topic (or partition) ``name``; None before it exists."""
+        return await self.ledgers.table_of(name.path)
+
     async def list_topics(self, tenant: str, namespace: str) -> list[str]:
         """Persistent topics of a namespace: plain topics and each partition."""
         await self.namespaces.policies(tenant, namespace)
-        names = await self.meta.list_children(f"/admin/topics/{tenant}/{namespace}")
+        names = await self.local_topic_names(tenant, namespace)
         return [f"persistent://{tenant}/{namespace}/{n}" for n in names]
+
+    async def local_topic_names(self, tenant: str, namespace: str) -> list[str]:
+        """Local names of the namespace's registered topics and partitions (no check that
+        the namespace exists)."""
+        return await self.meta.list_children(f"/admin/topics/{tenant}/{namespace}")
 
     async def unload_namespace(self, tenant: str, namespace: str, bundle: str | None) -> int:
         """Hand a namespace's bundles (or one) back gracefully: clients are told to go, the

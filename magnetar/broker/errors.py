@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from magnetar.core.errors import MagnetarError
+from magnetar.ledger import StorageError  # re-exported: the servers map storage failures
+
+__all__ = ["StorageError"]  # and every class below
 
 
 class BrokerError(MagnetarError):

@@ -8,6 +8,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from magnetar.broker.compaction import TopicCompaction
 from magnetar.broker.counters import TopicCounters
@@ -24,8 +25,9 @@ from magnetar.broker.errors import (
 from magnetar.broker.subscription import Subscription, SubType, UnackedLimits
 from magnetar.broker.transactions import TransactionIndex
 from magnetar.core.entries import Entry
+from magnetar.core.ids import MessageId
 from magnetar.core.names import TopicName
-from magnetar.ledger import ManagedLedger
+from magnetar.ledger import ManagedLedger, SegmentView
 from magnetar.meta import MetadataStore
 
 
@@ -82,10 +84,59 @@ class Topic:
     def __post_init__(self) -> None:
         self._idle.set()
 
+    # -- the log, as protocol servers, http and views read it ----------------------------
+    # They never reach the ledger itself (tests/test_tiers.py): these calls are the seam, so
+    # the ledger beneath can change (replicated storage) without changing any of them.
+
+    @property
+    def start_offset(self) -> int:
+        """The first offset a reader can get (after retention and records deletion)."""
+        return self.ledger.start_offset
+
     @property
     def end_offset(self) -> int:
-        """The offset the next entry will get (Kafka's log end offset)."""
+        """The offset the next message will get (Kafka's log end offset); the last stored
+        one is this minus 1."""
         return self.ledger.end_offset
+
+    async def read(
+        self, offset: int, *, max_entries: int = 100, max_bytes: int = 4 << 20
+    ) -> list[Entry]:
+        """Entries from the one holding ``offset``, wherever they live; raises
+        OffsetOutOfRangeError below :attr:`start_offset`."""
+        return await self.ledger.read(offset, max_entries=max_entries, max_bytes=max_bytes)
+
+    async def find_offset(self, timestamp: int) -> int:
+        """The first offset whose publish time is at or after ``timestamp`` (ms)."""
+        return await self.ledger.find_offset(timestamp)
+
+    def message_id(self, entry: Entry, batch_index: int = -1) -> MessageId:
+        """The Pulsar id of ``entry`` (or of message ``batch_index`` inside it)."""
+        return self.ledger.message_id(entry, batch_index)
+
+    def offset_of(self, mid: MessageId) -> int:
+        """The offset ``mid`` names; ids of deleted segments map to the nearest position."""
+        return self.ledger.offset_of(mid)
+
+    def stored_offset(self, mid: MessageId) -> int | None:
+        """The base offset of the stored entry ``mid`` names, or None when there is none."""
+        return self.ledger.stored_offset(mid)
+
+    def segment_first_offsets(self) -> dict[int, int]:
+        """Each segment's id → its first offset."""
+        return self.ledger.segment_first_offsets()
+
+    def segments(self) -> list[SegmentView]:
+        """The partition's segments, oldest first."""
+        return self.ledger.segments()
+
+    async def replica_reads(self, segment_id: int) -> list[dict[str, Any]] | None:
+        """Storage nodes serving the closed segment over Arrow Flight, or None."""
+        return await self.ledger.replica_reads(segment_id)
+
+    def on_append(self, listener: Callable[[], None]) -> Callable[[], None]:
+        """Call ``listener`` after every append; returns the function that removes it."""
+        return self.ledger.on_append(listener)
 
     @property
     def cursor_root(self) -> str:

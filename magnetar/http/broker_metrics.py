@@ -160,7 +160,7 @@ class BrokerMetrics:
         return out
 
     def _sample(self, topic: Topic) -> _Sample:
-        c, segments = topic.counters, topic.ledger.segments()
+        c, segments = topic.counters, topic.segments()
         subs = list(topic.subscriptions.values())
         sample = _Sample(
             namespace=topic.name.namespace_name,

@@ -12,19 +12,18 @@ from typing import Any
 
 from aiohttp import web
 
-from magnetar.broker import Broker
+from magnetar.broker import Broker, SegmentState
 from magnetar.broker.admin import TopicAdmin
 from magnetar.broker.errors import InvalidRequestError
 from magnetar.broker.topic import Topic
 from magnetar.http.routes import Route, ok
 from magnetar.http.topics import T, topic_of
-from magnetar.ledger import SegmentState
 
 
 def iceberg_routes(broker: Broker, admin: TopicAdmin) -> list[Route]:
     async def table(request: web.Request) -> web.Response:
         name = topic_of(request)
-        if not broker.ledgers.has_tables:
+        if not broker.has_tables:
             raise InvalidRequestError(
                 "this node registers no Iceberg tables: start it with --iceberg-catalog "
                 "sqlite (the default) or rest, and an object store (--tier-url)"
@@ -33,7 +32,7 @@ def iceberg_routes(broker: Broker, admin: TopicAdmin) -> list[Route]:
         names = [name] if count <= 0 else [name.partition_name(i) for i in range(count)]
         parts = [_coverage(await admin.require(n)) for n in names]
         policies = await broker.policies(name)
-        described = await broker.ledgers.table_of(name.path) or {
+        described = await broker.table_of(name) or {
             "table": ".".join([name.tenant, name.namespace, name.base_local]),
             "currentSnapshot": None,
         }
@@ -53,7 +52,7 @@ def iceberg_routes(broker: Broker, admin: TopicAdmin) -> list[Route]:
 def _coverage(topic: Topic) -> dict[str, Any]:
     """Offset ranges of the segments committed to the table, and the lag behind the tail."""
     ranges: list[list[int]] = []
-    for seg in topic.ledger.segments():
+    for seg in topic.segments():
         record = (seg.offload or {}).get("iceberg") or {}
         if seg.state is not SegmentState.OFFLOADED or not record.get("committed"):
             continue
@@ -61,9 +60,9 @@ def _coverage(topic: Topic) -> dict[str, Any]:
             ranges[-1][1] = seg.last_offset
         else:
             ranges.append([seg.first_offset, seg.last_offset])
-    end = topic.ledger.end_offset
+    end = topic.end_offset
     covered = sum(last - first + 1 for first, last in ranges)
-    start = topic.ledger.start_offset
+    start = topic.start_offset
     return {
         "partition": max(topic.name.partition, 0),
         "offsetsCovered": ranges,

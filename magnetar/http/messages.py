@@ -46,12 +46,11 @@ def routes(broker: Broker) -> list[Route]:
         versions = await broker.schemas.versions(name.path)
         schema = versions[-1].type if versions else "NONE"
         rows = await _read(topic, start, limit, Decoder(versions))
-        ledger = topic.ledger
         return ok(
             {
-                "startOffset": ledger.start_offset,
-                "endOffset": ledger.end_offset,
-                "lastStableOffset": topic.txns.last_stable() if topic.txns else ledger.end_offset,
+                "startOffset": topic.start_offset,
+                "endOffset": topic.end_offset,
+                "lastStableOffset": topic.txns.last_stable() if topic.txns else topic.end_offset,
                 "schema": schema,
                 "messages": rows,
             }
@@ -75,15 +74,14 @@ def _int(text: str, what: str) -> int:
 
 
 async def _start(topic: Topic, query: Any, limit: int) -> int:
-    ledger = topic.ledger
     if "time" in query:
-        return await ledger.find_offset(_int(query["time"], "time"))
+        return await topic.find_offset(_int(query["time"], "time"))
     position = query.get("position", "newest")
     if position == "newest":
-        return max(ledger.start_offset, ledger.end_offset - limit)
+        return max(topic.start_offset, topic.end_offset - limit)
     if position == "earliest":
-        return ledger.start_offset
-    return max(ledger.start_offset, _int(position, "position"))
+        return topic.start_offset
+    return max(topic.start_offset, _int(position, "position"))
 
 
 class Decoder:
@@ -116,9 +114,9 @@ async def _read(topic: Topic, start: int, limit: int, decoder: Decoder) -> list[
     out: list[dict[str, Any]] = []
     txns = topic.txns if topic.txns is not None and topic.txns.used else None
     offset = start
-    end = txns.last_stable() if txns is not None else topic.ledger.end_offset
+    end = txns.last_stable() if txns is not None else topic.end_offset
     while len(out) < limit and offset < end:
-        entries = await topic.ledger.read(offset, max_entries=limit)
+        entries = await topic.read(offset, max_entries=limit)
         if not entries:
             break
         for entry in entries:
@@ -137,7 +135,7 @@ def _messages(topic: Topic, entry: Entry, start: int, decoder: Decoder) -> list[
         offset = entry.base_offset + i
         if offset < start:
             continue
-        mid = topic.ledger.message_id(entry, i if row.batch_size >= 0 else -1)
+        mid = topic.message_id(entry, i if row.batch_size >= 0 else -1)
         value, encoding = decoder(row.value, row.schema_version)
         out.append(
             {

@@ -16,7 +16,7 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 from aiohttp import web
 from prometheus_client import (
@@ -36,9 +36,26 @@ from prometheus_client.core import (
 
 from magnetar.core.metrics import Histogram
 from magnetar.http.routes import Route
-from magnetar.storage import StorageEngine
 
 MetricSource = Callable[[], Awaitable[Iterable[Metric]]]
+
+
+class StorageCounters(Protocol):
+    """What :func:`storage_metrics` reads of the node's storage engine, structurally: http
+    sits above the broker and does not import storage (tests/test_tiers.py)."""
+
+    @property
+    def stats(self) -> Any: ...  # journal, cache and recovery counters
+
+    @property
+    def cache_budget(self) -> Any: ...  # the tail cache's bytes, entries and evictions
+
+    @property
+    def files(self) -> Any: ...  # open segment files (``open_count``)
+
+    def partitions(self) -> Any: ...
+
+    def damaged_segments(self) -> int: ...
 
 
 class Rates:
@@ -127,7 +144,7 @@ class MetricsEndpoint:
         return Route("GET", "/metrics", metrics, "Metrics in the Prometheus text format")
 
 
-def storage_metrics(engine: StorageEngine, cluster: str) -> MetricSource:
+def storage_metrics(engine: StorageCounters, cluster: str) -> MetricSource:
     """The storage engine's journal, tail cache and segments (node-wide series)."""
 
     async def collect() -> list[Metric]:

@@ -17,15 +17,15 @@ def offload_routes(admin: TopicAdmin, service: OffloadService) -> list[Route]:
         topic = await admin.require(topic_of(request))
         body = await json_body(request, default=None)
         at: MessageId = _message_id(body, request.query.get("messageId"))
-        before = topic.ledger.end_offset if at.is_latest else admin.offset_for(topic, at)
+        before = topic.end_offset if at.is_latest else admin.offset_for(topic, at)
         count = service.request(topic, before)
         return web.json_response({"segments": count}, status=202)
 
     async def status(request: web.Request) -> web.Response:
         topic = await admin.require(topic_of(request))
         st = service.status_of(topic)
-        local = [s for s in topic.ledger.segments() if s.local and s.state.value != "OFFLOADED"]
-        first = local[0].first_offset if local else topic.ledger.end_offset
+        local = [s for s in topic.segments() if s.local and s.state.value != "OFFLOADED"]
+        first = local[0].first_offset if local else topic.end_offset
         return ok(
             {
                 "status": st.status,

@@ -83,7 +83,7 @@ async def _namespaces(broker: Broker) -> list[str]:
 
 async def _base_topics(broker: Broker, namespace: str) -> list[str]:
     tenant, ns = namespace.split("/", 1)
-    partitioned = await broker.meta.list_children(f"/admin/partitioned/{tenant}/{ns}")
+    partitioned = await broker.partitioned_topics(tenant, ns)
     plain = [
         t.rsplit("/", 1)[1]
         for t in await broker.list_topics(tenant, ns)
@@ -117,7 +117,7 @@ async def _plan(
     return {
         "topic": str(name),
         "partitions": parts,
-        "store": broker.ledgers.object_store_url,
+        "store": broker.object_store_url,
         "flight": flight_url,
         "schema": await _schema(broker, name),
     }
@@ -135,7 +135,6 @@ async def _partition_plan(
         if owner is not None and owner.id != ownership.me.id:
             return await _remote_partition_plan(broker.peers, owner, index, part, role)
     topic = await broker.get_topic(part, create=True)
-    ledger = topic.ledger
     segments = [
         {
             "id": s.segment_id,
@@ -147,18 +146,18 @@ async def _partition_plan(
             "local": s.local,
             "object": (s.offload or {}).get("key"),
             "objects": (s.offload or {}).get("objects"),  # several: the table's data files
-            "replicas": await ledger.replica_reads(s.segment_id)
+            "replicas": await topic.replica_reads(s.segment_id)
             if s.state.value == "CLOSED" and s.local
             else None,
         }
-        for s in ledger.segments()
+        for s in topic.segments()
     ]
     txns = topic.txns if topic.txns is not None and topic.txns.used else None
-    end = txns.last_stable() if txns is not None else ledger.end_offset
+    end = txns.last_stable() if txns is not None else topic.end_offset
     return {
         "index": index,
         "name": part.path,
-        "start": ledger.start_offset,
+        "start": topic.start_offset,
         # readers stop at the last stable offset and drop markers and aborted transactions
         "end": end,
         "transactions": txns is not None,
@@ -167,7 +166,7 @@ async def _partition_plan(
         else [],
         "segments": segments,
         "flight": flight_url,
-        "store": broker.ledgers.object_store_url,
+        "store": broker.object_store_url,
     }
 
 
@@ -219,11 +218,10 @@ async def _commit(broker: Broker, name: TopicName, sub: str, offsets: dict[str, 
         if index not in parts or type(value) is not int or value < 0:
             raise InvalidRequestError(f"bad commit for partition {key!r}: {value!r}")
         topic = await broker.get_topic(parts[index])
-        if value > topic.ledger.end_offset:
+        if value > topic.end_offset:
             # A cursor past the end would count messages not yet written as acknowledged.
             raise InvalidRequestError(
-                f"bad commit for partition {key!r}: {value} is past the end "
-                f"({topic.ledger.end_offset})"
+                f"bad commit for partition {key!r}: {value} is past the end ({topic.end_offset})"
             )
         moves.append((topic, value))
     for topic, value in moves:

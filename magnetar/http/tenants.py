@@ -83,7 +83,7 @@ def routes(broker: Broker) -> list[Route]:
 
 
 async def _partitioned(broker: Broker, tenant: str, namespace: str) -> list[str]:
-    return await broker.meta.list_children(f"/admin/partitioned/{tenant}/{namespace}")
+    return await broker.partitioned_topics(tenant, namespace)
 
 
 def _tenant_info(body: Any) -> dict[str, Any]:

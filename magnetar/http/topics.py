@@ -77,9 +77,7 @@ def routes(
     async def list_partitioned(request: web.Request) -> web.Response:
         m = request.match_info
         await broker.namespaces.policies(m["tenant"], m["namespace"])
-        names = await broker.meta.list_children(
-            f"/admin/partitioned/{m['tenant']}/{m['namespace']}"
-        )
+        names = await broker.partitioned_topics(m["tenant"], m["namespace"])
         return ok([f"persistent://{m['tenant']}/{m['namespace']}/{n}" for n in names])
 
     async def create_topic(request: web.Request) -> web.Response:

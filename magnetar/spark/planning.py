@@ -31,7 +31,7 @@ class Slice:
     kind: str  # "parquet" (offloaded object), "flight" (the broker), "node" (storage nodes)
     topic: str
     partition: int
-    ledger: str  # tenant/ns/topic[-partition-N]
+    partition_path: str  # tenant/ns/topic[-partition-N]
     start: int
     end: int
     location: str  # object store URL or flight URL

@@ -51,7 +51,7 @@ def _flight(s: Slice) -> Iterator[pa.Table]:
 
     client = flight.connect(s.location)
     try:
-        request = {"topic": s.ledger, "start": s.start, "end": s.end}
+        request = {"topic": s.partition_path, "start": s.start, "end": s.end}
         if s.grant:
             request["grant"] = s.grant
         reader = client.do_get(flight.Ticket(json.dumps(request)))

@@ -9,6 +9,8 @@ ZooKeeper (:class:`ViewLeaders`) each view has one leader at a time:
   only grow, across brokers and restarts, and survive the view being deleted and created
   again.
 
+Both paths are kept by the broker's :class:`~magnetar.broker.records.Leases`.
+
 The new leader fences the view's store at its epoch before its query starts
 (:meth:`~magnetar.views.stores.base.StateStore.fence`): from then on a commit by any older
 leader — one frozen past its session, or cut off from ZooKeeper but not from the store — is
@@ -22,21 +24,15 @@ broker after :data:`PATIENCE_S`, or at once by a broker asked about it over the 
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from magnetar.meta import MetadataStore
-from magnetar.meta.base import SessionState
-from magnetar.meta.errors import BadVersionError, NodeExistsError, NotFoundError
+from magnetar.broker.records import Leases
 
 log = logging.getLogger(__name__)
-LEADERS = "/views-leaders"
-EPOCHS = "/views-epochs"
 CHECK_S = 1.0  # how often a broker looks for views nobody leads
 PATIENCE_S = 3.0  # after this long without a leader, any broker takes a view
 
@@ -82,20 +78,20 @@ class ViewLeaders:
 
     def __init__(
         self,
-        meta: MetadataStore,
+        leases: Leases,  # the broker's LeaseKind.VIEWS
         me: Any,
         brokers: Callable[[], Any],
         on_lost: Callable[[], None],
     ) -> None:
-        self.meta = meta
+        self.leases = leases
         self.me = me  # BrokerInfo: id and http
         self._brokers = brokers  # async () -> live BrokerInfos
         self._on_lost = on_lost
         self.led: dict[str, int] = {}  # view → the epoch this broker leads it at
-        self._stop_session = meta.on_session(self._session)  # type: ignore[attr-defined]
+        self._stop_session = leases.on_session_lost(self._session_lost)
 
-    def _session(self, state: SessionState) -> None:
-        if state is SessionState.LOST and self.led:
+    def _session_lost(self) -> None:
+        if self.led:
             log.warning(
                 "broker %s lost its ZooKeeper session: it stops leading %d view(s)",
                 self.me.id,
@@ -108,52 +104,25 @@ class ViewLeaders:
         return self.led.get(name)
 
     async def leader(self, name: str) -> Leader | None:
-        node = await self.meta.get(f"{LEADERS}/{name}")
-        if node is None or not node.value:
+        found = await self.leases.holder(name)
+        if found is None:
             return None
-        found = json.loads(node.value)
         return Leader(found["broker"], found["http"], int(found["epoch"]))
 
     async def acquire(self, name: str) -> int | None:
         """Lead ``name`` if nobody does: its epoch, or None when another broker leads it."""
-        path = f"{LEADERS}/{name}"
-        claim = json.dumps({"broker": self.me.id, "http": self.me.http, "epoch": -1}).encode()
-        try:
-            await self.meta.create_ephemeral(path, claim)  # type: ignore[attr-defined]
-        except NodeExistsError:
+        epoch = await self.leases.claim(name, {"broker": self.me.id, "http": self.me.http})
+        if epoch is None:
             return None
-        epoch = await self._next_epoch(name)
-        leader = Leader(self.me.id, self.me.http, epoch)
-        await self.meta.put(path, json.dumps(leader.to_json()).encode(), expected_version=0)
         self.led[name] = epoch
         log.warning("broker %s leads view %s now, at epoch %d", self.me.id, name, epoch)
         return epoch
-
-    async def _next_epoch(self, name: str) -> int:
-        path = f"{EPOCHS}/{name}"
-        while True:
-            node = await self.meta.get(path)
-            epoch = (int(node.value) if node is not None and node.value else 0) + 1
-            try:
-                if node is None:
-                    await self.meta.put(path, str(epoch).encode(), expected_version=-1)
-                else:
-                    await self.meta.put(
-                        path, str(epoch).encode(), expected_version=node.stat.version
-                    )
-                return epoch
-            except (NodeExistsError, BadVersionError):
-                continue  # another leader raised it in between (it lost its claim since)
 
     async def release(self, name: str) -> None:
         """Stop leading ``name`` (its query already stopped): the next broker takes it."""
         if self.led.pop(name, None) is None:
             return
-        path = f"{LEADERS}/{name}"
-        with contextlib.suppress(NotFoundError):
-            node = await self.meta.get(path)
-            if node is not None and json.loads(node.value).get("broker") == self.me.id:
-                await self.meta.delete(path, expected_version=node.stat.version)
+        await self.leases.release(name, "broker", self.me.id)
 
     async def preferred(self, name: str) -> bool:
         """Whether this broker is the one ``name`` should run on: the highest rendezvous hash

@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from magnetar.broker import Broker
+from magnetar.broker.records import LeaseKind, RecordStore
 from magnetar.core.config import Settings
 from magnetar.core.names import TopicName
 from magnetar.core.tokens import client_token
-from magnetar.meta import MetadataStore
 from magnetar.spark import planning
 from magnetar.spark.options import SparkSourceError, parse
 from magnetar.views import asof
@@ -59,15 +59,14 @@ from magnetar.views.stores.factory import resolve_store_url
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-PREFIX = "/views"
 
 
 class ViewService:
     """Create, serve, rebuild and delete views; see the module docstring."""
 
-    def __init__(self, settings: Settings, meta: MetadataStore, broker: Broker | None) -> None:
+    def __init__(self, settings: Settings, definitions: RecordStore, broker: Broker | None) -> None:
         self.settings = settings
-        self.meta = meta
+        self.definitions = definitions  # the broker's RecordKind.VIEWS
         self.broker = broker
         self.url = ""
         self.records: dict[str, Record] = {}
@@ -77,12 +76,11 @@ class ViewService:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._lock = asyncio.Lock()
-        ownership = broker.ownership if broker is not None else None
-        self.leaders: Alone | ViewLeaders = (
-            ViewLeaders(meta, ownership.me, ownership.brokers, self._lost)
-            if ownership is not None
-            else Alone()
-        )
+        self.leaders: Alone | ViewLeaders = Alone()
+        if broker is not None and broker.ownership is not None:
+            ownership = broker.ownership
+            leases = broker.leases(LeaseKind.VIEWS)
+            self.leaders = ViewLeaders(leases, ownership.me, ownership.brokers, self._lost)
         self._leaderless: dict[str, float] = {}  # view → since when nobody leads it
         # the node's own client credential: views read their sources through this node's
         # HTTP port, which asks for one when authentication is on
@@ -102,8 +100,8 @@ class ViewService:
 
     async def _load_records(self) -> None:
         found_names = set()
-        for name in await self.meta.list_children(PREFIX):
-            found = await self.meta.get(f"{PREFIX}/{name}")
+        for name in await self.definitions.keys():
+            found = await self.definitions.get(name)
             if found is not None:
                 found_names.add(name)
                 if not self._mine(name):  # those this broker leads, it keeps current itself
@@ -172,7 +170,7 @@ class ViewService:
             if await self.leaders.acquire(name) is None:
                 return False
             self._leaderless.pop(name, None)
-            found = await self.meta.get(f"{PREFIX}/{name}")
+            found = await self.definitions.get(name)
             if found is None:  # deleted meanwhile
                 await self.leaders.release(name)
                 self.records.pop(name, None)
@@ -385,7 +383,7 @@ class ViewService:
             return
         self.records[name] = record
         body = json.dumps(record.to_json(), sort_keys=True).encode()
-        await self.meta.put(f"{PREFIX}/{name}", body)
+        await self.definitions.put(name, body)
 
     # -- the API ---------------------------------------------------------------------------
 
@@ -546,7 +544,7 @@ class ViewService:
             for index, part in parts:
                 if await self.broker.topic_exists(part):
                     found = await self.broker.get_topic(part)
-                    out[topic][str(index)] = found.ledger.end_offset
+                    out[topic][str(index)] = found.end_offset
         return out
 
     async def rows(self, name: str, query: dict[str, str], limit: int) -> list[dict[str, Any]]:
@@ -603,7 +601,7 @@ class ViewService:
         if isinstance(record, AsOfRecord):
             store = await self._store(record.definition.get("store", "sqlite"))
             await asyncio.to_thread(store.drop, record.dataset)
-        await self.meta.delete(f"{PREFIX}/{name}")
+        await self.definitions.delete(name)
 
     async def as_of(self, name: str, body: Any) -> dict[str, Any]:
         """Materialize ``name`` at a past point as the read-only view ``name@label``."""

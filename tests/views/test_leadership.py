@@ -11,6 +11,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from magnetar.broker.records import LeaseKind, Leases
 from magnetar.meta.zookeeper import ZooKeeperMetadataStore
 from magnetar.testing.zookeeper import ZooKeeperProcess
 from magnetar.views.leader import ViewLeaders
@@ -34,8 +35,8 @@ def test_one_leader_per_view_and_epochs_that_only_grow(zookeeper: ZooKeeperProce
             return [a_me, b_me]
 
         lost: list[str] = []
-        a = ViewLeaders(stores[0], a_me, brokers, lambda: lost.append("a"))
-        b = ViewLeaders(stores[1], b_me, brokers, lambda: lost.append("b"))
+        a = ViewLeaders(Leases(stores[0], LeaseKind.VIEWS), a_me, brokers, lambda: lost.append("a"))
+        b = ViewLeaders(Leases(stores[1], LeaseKind.VIEWS), b_me, brokers, lambda: lost.append("b"))
         try:
             assert await a.acquire("orders") == 1
             assert await b.acquire("orders") is None  # one leader at a time

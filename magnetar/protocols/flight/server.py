@@ -20,11 +20,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.flight as flight
 
-from magnetar.broker import Broker
+from magnetar.broker import Broker, Topic
 from magnetar.core.errors import MagnetarError
 from magnetar.core.grants import GrantError, ReadGrants
 from magnetar.core.names import TopicName
-from magnetar.ledger import ManagedLedger
 from magnetar.tier.parquet import SCHEMA, entries_to_table
 
 CHUNK_ENTRIES = 2000
@@ -66,13 +65,13 @@ class BulkReadServer(flight.FlightServerBase):
             topic = self._call(self.broker.get_topic(name, create=False))
         except MagnetarError as e:
             raise flight.FlightServerError(str(e)) from None
-        return flight.GeneratorStream(SCHEMA, self._batches(topic.ledger, start, end))
+        return flight.GeneratorStream(SCHEMA, self._batches(topic, start, end))
 
-    def _batches(self, ledger: ManagedLedger, start: int, end: int) -> Iterator[pa.RecordBatch]:
-        offset = max(start, ledger.start_offset)
-        end = min(end, ledger.end_offset)
+    def _batches(self, topic: Topic, start: int, end: int) -> Iterator[pa.RecordBatch]:
+        offset = max(start, topic.start_offset)
+        end = min(end, topic.end_offset)
         while offset < end:
-            entries = self._call(ledger.read(offset, max_entries=CHUNK_ENTRIES, max_bytes=32 << 20))
+            entries = self._call(topic.read(offset, max_entries=CHUNK_ENTRIES, max_bytes=32 << 20))
             if not entries:
                 break
             table = entries_to_table(e for e in entries if e.base_offset < end)

@@ -31,7 +31,7 @@ def view_of(topic: Topic) -> CompactedView | None:
 
 def log_start(topic: Topic) -> int:
     """The first offset a Kafka consumer can fetch (the view's, when older)."""
-    start = topic.ledger.start_offset
+    start = topic.start_offset
     view = view_of(topic)
     if view is not None and view.firsts:
         return min(start, view.firsts[0])

@@ -25,7 +25,6 @@ from typing import Any
 from magnetar.broker import Topic
 from magnetar.broker.compaction import CompactedView
 from magnetar.core.errors import MagnetarError
-from magnetar.ledger import ManagedLedger
 from magnetar.protocols.kafka import compacted, records
 from magnetar.protocols.kafka.conversion import to_kafka_batch
 from magnetar.protocols.kafka.errors import ErrorCode, error_code_of
@@ -96,8 +95,8 @@ async def _read_all(parts: list[_Part], max_bytes: int) -> int:
 
 async def _read(part: _Part, limit: int) -> None:
     assert part.topic is not None
-    ledger = part.topic.ledger
-    if part.offset < compacted.log_start(part.topic) or part.offset > ledger.end_offset:
+    topic = part.topic
+    if part.offset < compacted.log_start(part.topic) or part.offset > topic.end_offset:
         part.error = ErrorCode.OFFSET_OUT_OF_RANGE
         return
     position = part.offset
@@ -107,9 +106,9 @@ async def _read(part: _Part, limit: int) -> None:
         if part.batches or part.error:
             return
         position = view.horizon  # nothing of the view is left after the fetch offset
-    stop = _last_stable(part) if part.committed_only else ledger.end_offset
+    stop = _last_stable(part) if part.committed_only else topic.end_offset
     try:
-        entries = await ledger.read(position, max_entries=MAX_ENTRIES, max_bytes=limit)
+        entries = await topic.read(position, max_entries=MAX_ENTRIES, max_bytes=limit)
         for entry in entries:
             if entry.base_offset >= stop:
                 break
@@ -145,8 +144,8 @@ async def _read_compacted(part: _Part, view: CompactedView, limit: int) -> None:
 async def _wait_for_append(parts: list[_Part], timeout: float) -> bool:
     """Wait until one of the partitions grows; False when ``timeout`` passes first."""
     event = asyncio.Event()
-    ledgers = {id(p.topic.ledger): p.topic.ledger for p in parts if p.topic is not None}
-    removers = [ledger.on_append(event.set) for ledger in ledgers.values()]
+    topics = {id(p.topic): p.topic for p in parts if p.topic is not None}
+    removers = [topic.on_append(event.set) for topic in topics.values()]
     try:
         async with asyncio.timeout(timeout):
             await event.wait()
@@ -160,7 +159,7 @@ async def _wait_for_append(parts: list[_Part], timeout: float) -> bool:
 
 def _last_stable(part: _Part) -> int:
     assert part.topic is not None
-    end = part.topic.ledger.end_offset
+    end = part.topic.end_offset
     return part.topic.txns.last_stable(end) if part.topic.txns is not None else end
 
 
@@ -182,8 +181,8 @@ def _respond(parts: list[_Part]) -> list[dict[str, Any]]:
     for part in parts:
         hw = lso = start = -1
         if part.topic is not None:
-            ledger = part.topic.ledger
-            hw, lso = ledger.end_offset, _last_stable(part)
+            topic = part.topic
+            hw, lso = topic.end_offset, _last_stable(part)
             start = compacted.log_start(part.topic)
         by_topic.setdefault(part.topic_name, []).append(
             {
@@ -212,7 +211,7 @@ async def list_offsets(svc: Service, session: Session, req: Request) -> dict[str
             error, ts, offset = ErrorCode.NONE, -1, -1
             try:
                 topic = await svc.topics.partition(t.name, p.partition_index)
-                ts, offset = await _offset_for(topic.ledger, p.timestamp)
+                ts, offset = await _offset_for(topic, p.timestamp)
                 if p.timestamp == EARLIEST:
                     offset = compacted.log_start(topic)
                 if p.timestamp == LATEST and committed_only and topic.txns is not None:
@@ -231,17 +230,17 @@ async def list_offsets(svc: Service, session: Session, req: Request) -> dict[str
     return {"throttle_time_ms": 0, "topics": topics}
 
 
-async def _offset_for(ledger: ManagedLedger, timestamp: int) -> tuple[int, int]:
+async def _offset_for(topic: Topic, timestamp: int) -> tuple[int, int]:
     """(timestamp, offset) answering a ListOffsets query; (-1, -1) when nothing matches."""
     if timestamp == LATEST:
-        return -1, ledger.end_offset
+        return -1, topic.end_offset
     if timestamp == EARLIEST:
-        return -1, ledger.start_offset
+        return -1, topic.start_offset
     if timestamp == MAX_TIMESTAMP:
-        return await max_timestamp_offset(ledger)
-    offset = await ledger.find_offset(timestamp)
-    while offset < ledger.end_offset:
-        entries = await ledger.read(offset, max_entries=100)
+        return await max_timestamp_offset(topic)
+    offset = await topic.find_offset(timestamp)
+    while offset < topic.end_offset:
+        entries = await topic.read(offset, max_entries=100)
         if not entries:
             break
         for entry in entries:

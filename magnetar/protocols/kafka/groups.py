@@ -452,9 +452,7 @@ async def committed_partitions(svc: Service, group: str) -> list[tuple[str, list
         n = await svc.broker.partitions(name)
         parts = [name.partition_name(i) for i in range(n)] if n else [name]
         found = [
-            i
-            for i, part in enumerate(parts)
-            if await svc.broker.meta.exists(f"/cursors/{part.path}/{group}")
+            i for i, part in enumerate(parts) if await svc.broker.subscription_exists(part, group)
         ]
         if found:
             out.append((topic, found))

@@ -22,9 +22,8 @@ import enum
 from collections import deque
 from dataclasses import dataclass, field
 
-from magnetar.broker import formats
+from magnetar.broker import Topic, formats
 from magnetar.core.errors import MagnetarError
-from magnetar.ledger import ManagedLedger
 from magnetar.protocols.kafka import records
 from magnetar.protocols.kafka.errors import ErrorCode, NotStoredError
 
@@ -65,13 +64,13 @@ class ProducerStates:
     def __init__(self) -> None:
         self._producers: dict[int, _Producer] = {}
 
-    async def load(self, ledger: ManagedLedger) -> None:
+    async def load(self, topic: Topic) -> None:
         """Rebuild from the KAFKA entries among the last SCAN_OFFSETS offsets."""
-        offset = max(ledger.start_offset, ledger.end_offset - SCAN_OFFSETS)
-        end = ledger.end_offset
+        offset = max(topic.start_offset, topic.end_offset - SCAN_OFFSETS)
+        end = topic.end_offset
         while offset < end:
             try:
-                entries = await ledger.read(offset, max_entries=1000)
+                entries = await topic.read(offset, max_entries=1000)
             except MagnetarError:
                 return  # trimmed meanwhile: what was read so far is what we know
             if not entries:

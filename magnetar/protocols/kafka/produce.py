@@ -108,7 +108,7 @@ async def _produce_partition(
             states = await svc.producer_states(topic)
             for _, header in batches:  # recorded open before anything of it is stored
                 if header.transactional and topic.txns is not None:
-                    await topic.txns.opening(header.producer_id, topic.ledger.end_offset)
+                    await topic.txns.opening(header.producer_id, topic.end_offset)
             started: list[asyncio.Future[int]] = []
             try:
                 for batch, header in batches:
@@ -118,7 +118,7 @@ async def _produce_partition(
                     stored.add_done_callback(_retrieve)
                 raise
         offsets = [await stored for stored in started]
-        return Stored(ErrorCode.NONE, offsets[0], topic.ledger.start_offset)
+        return Stored(ErrorCode.NONE, offsets[0], topic.start_offset)
     except MagnetarError as e:
         return Stored(error_code_of(e))
     except Exception:

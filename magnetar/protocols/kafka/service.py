@@ -15,18 +15,17 @@ from dataclasses import dataclass, field
 
 from magnetar.broker import AccessMode, Broker, Producer, Topic
 from magnetar.broker.authorization import ANONYMOUS, Authorizer
+from magnetar.broker.records import IdBlock
 from magnetar.broker.scram import ScramCredentials, ScramExchange
 from magnetar.core.authentication import Authenticator, Identity
 from magnetar.core.errors import MagnetarError
 from magnetar.core.metrics import Histogram
-from magnetar.meta import reserve_block
 from magnetar.protocols.kafka import migration
 from magnetar.protocols.kafka.consumer_groups import ConsumerGroups
 from magnetar.protocols.kafka.coordinator import GroupCoordinator
 from magnetar.protocols.kafka.idempotence import ProducerStates
 from magnetar.protocols.kafka.topics import KafkaTopics
 
-PRODUCER_ID_PATH = "/kafka/producer-id-block"
 PRODUCER_ID_BLOCK = 1000
 
 
@@ -91,7 +90,7 @@ class Service:
             self._states[topic] = loading
             states = ProducerStates()
             try:
-                await states.load(topic.ledger)
+                await states.load(topic)
             except BaseException as exc:
                 del self._states[topic]
                 loading.set_exception(exc)
@@ -107,7 +106,7 @@ class Service:
         in blocks in the metadata store; a crash skips the rest of a block)."""
         async with self._id_lock:
             if not self._ids:
-                start = await reserve_block(self.broker.meta, PRODUCER_ID_PATH, PRODUCER_ID_BLOCK)
+                start = await self.broker.reserve_ids(IdBlock.KAFKA_PRODUCER_IDS, PRODUCER_ID_BLOCK)
                 self._ids = list(range(start + PRODUCER_ID_BLOCK - 1, start - 1, -1))
             return self._ids.pop()
 

@@ -126,7 +126,7 @@ async def describe_log_dirs(svc: Service, session: Session, req: Request) -> Res
                 topic = await svc.topics.partition(name, index)
             except MagnetarError:  # not here: Kafka leaves it out
                 continue
-            size = sum(s.size for s in topic.ledger.segments())
+            size = sum(s.size for s in topic.segments())
             parts.append({"partition_index": index, "partition_size": size, "offset_lag": 0,
                           "is_future_key": False})  # fmt: skip
         if parts:

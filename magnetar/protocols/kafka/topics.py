@@ -89,14 +89,10 @@ class KafkaTopics:
 
     async def list(self) -> list[str]:
         """Every Kafka topic of the namespace (partitioned topics once, by base name)."""
-        partitioned = await self.broker.meta.list_children(
-            f"/admin/partitioned/{self.tenant}/{self.namespace}"
-        )
+        partitioned = await self.broker.partitioned_topics(self.tenant, self.namespace)
         plain = [
             n
-            for n in await self.broker.meta.list_children(
-                f"/admin/topics/{self.tenant}/{self.namespace}"
-            )
+            for n in await self.broker.local_topic_names(self.tenant, self.namespace)
             if TopicName.parse(f"{self.tenant}/{self.namespace}/{n}").partition < 0
         ]
         return sorted(set(partitioned) | set(plain))

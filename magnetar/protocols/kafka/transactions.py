@@ -45,12 +45,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 from urllib.parse import quote, unquote
 
-from magnetar.meta import BadVersionError, MetadataStore, NodeExistsError, NotFoundError
+from magnetar.broker.records import BadVersionError, NodeExistsError, NotFoundError, RecordStore
 from magnetar.protocols.kafka.errors import ErrorCode, RefusedError
 
 log = logging.getLogger(__name__)
-ROOT = "/kafka/transactions"
-STAGED_ROOT = "/kafka/txn-offsets"
 SWEEP_S = 2.0  # how often a broker of several looks for ids it has come to coordinate
 MAX_TIMEOUT_MS = 15 * 60_000  # Kafka's transaction.max.timeout.ms
 TopicPartition = tuple[str, int]
@@ -103,12 +101,14 @@ class Txn:
         return cls(**raw)
 
 
-def txn_path(tid: str) -> str:
-    return f"{ROOT}/{quote(tid, safe='')}"
+def txn_key(tid: str) -> str:
+    """Its record's key (the broker's RecordKind.KAFKA_TRANSACTIONS)."""
+    return quote(tid, safe="")
 
 
-def staged_path(tid: str, group: str) -> str:
-    return f"{STAGED_ROOT}/{quote(tid, safe='')}/{quote(group, safe='')}"
+def staged_key(tid: str, group: str) -> str:
+    """The key of its offsets staged for ``group`` (RecordKind.KAFKA_TXN_OFFSETS)."""
+    return f"{quote(tid, safe='')}/{quote(group, safe='')}"
 
 
 def _moved(tid: str) -> TxnError:
@@ -124,13 +124,15 @@ class TransactionCoordinator:
 
     def __init__(
         self,
-        meta: MetadataStore,
+        records: RecordStore,  # the broker's RecordKind.KAFKA_TRANSACTIONS
+        staged: RecordStore,  # RecordKind.KAFKA_TXN_OFFSETS
         new_producer_id: Callable[[], Awaitable[int]],
         write_marker: MarkerWriter,
         commit_offsets: OffsetWriter,
         owns: Owns | None = None,
     ) -> None:
-        self.meta = meta
+        self.records = records
+        self.staged = staged
         self._new_producer_id = new_producer_id
         self._write_marker = write_marker
         self._commit_offsets = commit_offsets
@@ -157,7 +159,7 @@ class TransactionCoordinator:
             await self._adopt(tid)
 
     async def _stored_ids(self) -> list[str]:
-        return [unquote(name) for name in await self.meta.list_children(ROOT)]
+        return [unquote(name) for name in await self.records.keys()]
 
     async def _adopt(self, tid: str) -> None:
         """Take up a stored transaction: finish it if it was ending, time it if open."""
@@ -187,7 +189,7 @@ class TransactionCoordinator:
                 if not await self._owns(tid, False):
                     self._forget(tid)
                 continue
-            node = await self.meta.get(txn_path(tid))
+            node = await self.records.get(txn_key(tid))
             if node is None or Txn.from_bytes(node.value).state.value not in ACTIVE:
                 continue
             if await self._owns(tid, True):
@@ -206,12 +208,12 @@ class TransactionCoordinator:
 
     async def _load(self, tid: str) -> Txn | None:
         """The stored state of ``tid`` (None if there is none), now this node's copy."""
-        node = await self.meta.get(txn_path(tid))
+        node = await self.records.get(txn_key(tid))
         if node is None:
             self._forget(tid)
             return None
         txn = self.txns[tid] = Txn.from_bytes(node.value)
-        self._versions[tid] = node.stat.version
+        self._versions[tid] = node.version
         return txn
 
     async def _fresh(self, tid: str) -> Txn | None:
@@ -223,16 +225,16 @@ class TransactionCoordinator:
     async def _save(self, txn: Txn) -> None:
         tid = txn.transactional_id
         if not self.shared:
-            await self.meta.put(txn_path(tid), txn.to_bytes())
+            await self.records.put(txn_key(tid), txn.to_bytes())
             return
         try:
-            stat = await self.meta.put(
-                txn_path(tid), txn.to_bytes(), expected_version=self._versions.get(tid, -1)
+            version = await self.records.put(
+                txn_key(tid), txn.to_bytes(), expected_version=self._versions.get(tid, -1)
             )
         except (BadVersionError, NodeExistsError, NotFoundError):
             self._forget(tid)  # another broker wrote it: it coordinates this id now
             raise _moved(tid) from None
-        self._versions[tid] = stat.version
+        self._versions[tid] = version
 
     # -- InitProducerId ---------------------------------------------------------------------
 
@@ -289,7 +291,7 @@ class TransactionCoordinator:
         """TxnOffsetCommit, at the group's coordinator: offsets committed if and when the
         transaction commits. The transaction is read from the store (its coordinator may be
         another broker); the offsets are kept beside it under its number."""
-        node = await self.meta.get(txn_path(tid))
+        node = await self.records.get(txn_key(tid))
         txn = self._current(tid, Txn.from_bytes(node.value) if node else None, producer_id, epoch)
         if txn.state is not TxnState.ONGOING or group not in txn.groups:
             raise TxnError(
@@ -301,11 +303,11 @@ class TransactionCoordinator:
             staged.update({(o[0], o[1]): o for o in offsets})
             body = {"producerId": producer_id, "number": txn.number,
                     "offsets": list(staged.values())}  # fmt: skip
-            await self.meta.put(staged_path(tid, group), json.dumps(body).encode())
+            await self.staged.put(staged_key(tid, group), json.dumps(body).encode())
 
     async def _staged(self, tid: str, group: str, txn: Txn) -> Offsets:
         """The offsets staged for ``group`` by the transaction ``txn`` (none of another)."""
-        node = await self.meta.get(staged_path(tid, group))
+        node = await self.staged.get(staged_key(tid, group))
         if node is None:
             return []
         body = json.loads(node.value)
@@ -383,7 +385,7 @@ class TransactionCoordinator:
             if commit and (offsets := await self._staged(tid, group, txn)):
                 await self._commit_offsets(group, offsets)
             with contextlib.suppress(NotFoundError):
-                await self.meta.delete(staged_path(tid, group))
+                await self.staged.delete(staged_key(tid, group))
         txn.state = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
         txn.partitions, txn.groups = [], []
         await self._save(txn)
@@ -456,7 +458,7 @@ class TransactionCoordinator:
         key = (producer_id, epoch, topic, index)
         if key in self._verified:
             return True
-        node = await self.meta.get(txn_path(tid)) if tid else None
+        node = await self.records.get(txn_key(tid)) if tid else None
         if node is None or not fits(Txn.from_bytes(node.value)):
             return False
         self._verified.add(key)

@@ -21,6 +21,7 @@ from typing import Any
 import aiohttp
 
 from magnetar.broker.formats import KAFKA
+from magnetar.broker.records import RecordKind
 from magnetar.core.errors import MagnetarError
 from magnetar.protocols.kafka import groups
 from magnetar.protocols.kafka.entry_format import marker_batch
@@ -63,7 +64,8 @@ def coordinator(svc: Service) -> TransactionCoordinator:
             return owner.id == ownership.me.id
 
         found = TransactionCoordinator(
-            svc.broker.meta,
+            svc.broker.records(RecordKind.KAFKA_TRANSACTIONS),
+            svc.broker.records(RecordKind.KAFKA_TXN_OFFSETS),
             svc.next_producer_id,
             marker,
             offsets,
@@ -142,7 +144,7 @@ async def marker_here(
     result = await part.publish(
         producer, batch, count=1, sequence=None, publish_time=now, event_time=now, fmt=KAFKA
     )
-    offset = result.entry.base_offset if result.entry is not None else part.ledger.end_offset - 1
+    offset = result.entry.base_offset if result.entry is not None else part.end_offset - 1
     states.marker(producer_id, epoch)
     coordinator(svc).marker_written(producer_id, topic, index)
     if part.txns is not None:

@@ -251,7 +251,7 @@ class Commands:
             assert result.entry is not None
             mid = handle.topic.message_id(result.entry)
         elif result.entry is not None:
-            mid = handle.topic.ledger.message_id(result.entry)
+            mid = handle.topic.message_id(result.entry)
         mid = MessageId(mid.ledger_id, mid.entry_id, -1, handle.partition)
         highest = cmd.highest_sequence_id if cmd.HasField("highest_sequence_id") else None
         self.conn.write(
@@ -283,13 +283,12 @@ class Commands:
             await self.broker.schemas.check_readable(
                 name.base.path, _schema_info(cmd.schema), strategy
             )
-        ledger = topic.ledger
         if cmd.HasField("start_message_id"):
-            start = _start_offset(ledger, from_wire(cmd.start_message_id))
+            start = _start_offset(topic, from_wire(cmd.start_message_id))
         elif cmd.initial_position == pb.CommandSubscribe.InitialPosition.Earliest:
-            start = ledger.start_offset
+            start = topic.start_offset
         else:
-            start = ledger.end_offset
+            start = topic.end_offset
         sub_type = self.conn.sub_type(cmd.sub_type)
         if cmd.read_compacted and sub_type not in (SubType.EXCLUSIVE, SubType.FAILOVER):
             raise InvalidRequestError(
@@ -341,10 +340,10 @@ class Commands:
             return None
         if cmd.HasField("validation_error"):
             _log_discarded(handle, cmd)  # and acknowledge them, as Pulsar does
-        ledger, sub = handle.topic.ledger, handle.subscription
+        topic, sub = handle.topic, handle.subscription
         # An id naming no stored entry is ignored, as Pulsar refuses an invalid position:
         # mapping it anywhere would acknowledge messages the consumer never saw.
-        pairs = [(d, ledger.stored_offset(from_wire(d))) for d in cmd.message_id]
+        pairs = [(d, topic.stored_offset(from_wire(d))) for d in cmd.message_id]
         del cmd.message_id[:]
         bases: list[int] = []
         for data, base in pairs:
@@ -367,7 +366,7 @@ class Commands:
         self, handle: ConsumerHandle, cmd: pb.CommandAck, bases: list[int], unknown: list[int]
     ) -> None:
         for base in unknown:
-            entries = await handle.topic.ledger.read(base, max_entries=1)
+            entries = await handle.topic.read(base, max_entries=1)
             if entries and entries[0].base_offset == base:
                 handle.subscription.remember_count(base, entries[0].count)
         self._apply_ack(handle, cmd, bases)
@@ -403,10 +402,10 @@ class Commands:
         handle = self.conn.consumers.get(cmd.consumer_id)
         if not isinstance(handle, ConsumerHandle):  # none, or non-persistent: nothing kept
             return
-        ledger = handle.topic.ledger
+        topic = handle.topic
         bases = None
         if cmd.message_ids:
-            bases = [ledger.offset_of(MessageId(d.ledger_id, d.entry_id)) for d in cmd.message_ids]
+            bases = [topic.offset_of(MessageId(d.ledger_id, d.entry_id)) for d in cmd.message_ids]
         handle.subscription.redeliver(handle.consumer, bases)
 
     async def _on_close_consumer(self, frame: Frame) -> None:
@@ -455,11 +454,11 @@ class Commands:
         if isinstance(handle, TransientConsumerHandle):
             self.conn.write(_not_on_non_persistent(cmd.request_id, "seek"))
             return
-        ledger, sub = handle.topic.ledger, handle.subscription
+        topic, sub = handle.topic, handle.subscription
         if cmd.HasField("message_publish_time"):
-            offset = await ledger.find_offset(cmd.message_publish_time)
+            offset = await topic.find_offset(cmd.message_publish_time)
         else:
-            offset = _start_offset(ledger, from_wire(cmd.message_id))
+            offset = _start_offset(topic, from_wire(cmd.message_id))
         # Answer only after the reset closed the consumers: the client completes its seek
         # once it has subscribed again and only then takes the seek position as its start
         # (an answer before the close makes it restart after the last message it had read).
@@ -477,18 +476,18 @@ class Commands:
         if isinstance(handle, TransientConsumerHandle):
             self.conn.write(_not_on_non_persistent(cmd.request_id, "GetLastMessageId"))
             return
-        ledger = handle.topic.ledger
-        mid = MessageId(ledger.segments()[-1].segment_id, -1, -1, handle.partition)
-        last = await handle.topic.last_dispatchable()
+        topic = handle.topic
+        mid = MessageId(topic.segments()[-1].segment_id, -1, -1, handle.partition)
+        last = await topic.last_dispatchable()
         if last is not None:
             batched = True  # entries of other protocols reach Pulsar consumers as batches
             if last.format == PULSAR:
                 metadata = entry_format.metadata_of(last.payload)
                 batched = metadata.HasField("num_messages_in_batch")
             batch_index = last.count - 1 if batched else -1
-            eid = ledger.message_id(last)
+            eid = topic.message_id(last)
             mid = MessageId(eid.ledger_id, eid.entry_id, batch_index, handle.partition)
-        mark = _mark_delete_position(ledger, handle.subscription.cursor.mark_delete, last)
+        mark = _mark_delete_position(topic, handle.subscription.cursor.mark_delete, last)
         mark = MessageId(mark.ledger_id, mark.entry_id, -1, handle.partition)
         self.conn.write(
             responses.get_last_message_id_response(cmd.request_id, mid, mark_delete_position=mark)
@@ -563,7 +562,7 @@ def _bit(words: Any, i: int) -> bool:
     return bool((words[i // 64] >> (i % 64)) & 1) if i // 64 < len(words) else False
 
 
-def _start_offset(ledger: Any, mid: MessageId) -> int:
+def _start_offset(topic: Topic, mid: MessageId) -> int:
     """Where a reader starting at ``mid``, or a seek to ``mid``, begins: at ``mid``'s entry.
 
     As Pulsar's broker does: it cannot know whether the client wants ``mid`` itself (the
@@ -571,13 +570,13 @@ def _start_offset(ledger: Any, mid: MessageId) -> int:
     the client drops what precedes the start (and the start itself unless inclusive).
     """
     if mid.is_earliest or mid.ledger_id < 0:
-        return int(ledger.start_offset)
+        return topic.start_offset
     if mid.is_latest:
-        return int(ledger.end_offset)
-    return _entry_offset(ledger, mid)
+        return topic.end_offset
+    return _entry_offset(topic, mid)
 
 
-def _mark_delete_position(ledger: Any, mark_delete: int, last: Entry | None) -> MessageId:
+def _mark_delete_position(topic: Topic, mark_delete: int, last: Entry | None) -> MessageId:
     """The subscription's mark-delete position as Pulsar reports it: the id of the last entry
     whose messages are all acknowledged up to the first unacknowledged one (``mark_delete``,
     an offset), or (segment, -1) before a segment's first entry.
@@ -587,10 +586,10 @@ def _mark_delete_position(ledger: Any, mark_delete: int, last: Entry | None) -> 
     offset inside an entry maps to the position just before that entry.
     """
     if last is not None and mark_delete >= last.base_offset + last.count:
-        eid = ledger.message_id(last)
+        eid = topic.message_id(last)
         return MessageId(eid.ledger_id, eid.entry_id)
     before = mark_delete if last is None else min(mark_delete, last.base_offset)
-    firsts = sorted(ledger.segment_first_offsets().items(), key=lambda item: item[1])
+    firsts = sorted(topic.segment_first_offsets().items(), key=lambda item: item[1])
     segment_id, first = firsts[0]
     for sid, start in firsts:
         if start <= before - 1:
@@ -598,9 +597,9 @@ def _mark_delete_position(ledger: Any, mark_delete: int, last: Entry | None) -> 
     return MessageId(segment_id, max(before - 1 - first, -1))
 
 
-def _entry_offset(ledger: Any, mid: MessageId) -> int:
+def _entry_offset(topic: Topic, mid: MessageId) -> int:
     """The base offset of the entry that ``mid`` names (its batch index left out)."""
-    return int(ledger.offset_of(MessageId(mid.ledger_id, mid.entry_id)))
+    return topic.offset_of(MessageId(mid.ledger_id, mid.entry_id))
 
 
 INT64_MAX = (1 << 63) - 1

@@ -8,7 +8,6 @@ from magnetar.broker.ownership import NotOwnerError
 from magnetar.core.errors import InvalidNameError, MagnetarError
 from magnetar.protocols.pulsar._proto import pulsar_api_pb2 as pb
 from magnetar.protocols.pulsar.errors import MessageRefusedError
-from magnetar.storage import StorageError
 
 _MAP: list[tuple[type[MagnetarError], pb.ServerError]] = [
     (AuthorizationError, pb.ServerError.AuthorizationError),
@@ -27,7 +26,7 @@ _MAP: list[tuple[type[MagnetarError], pb.ServerError]] = [
     (be.MessageTooLargeError, pb.ServerError.ChecksumError),
     (InvalidNameError, pb.ServerError.InvalidTopicName),
     (MessageRefusedError, pb.ServerError.ChecksumError),
-    (StorageError, pb.ServerError.PersistenceError),
+    (be.StorageError, pb.ServerError.PersistenceError),
 ]
 
 
