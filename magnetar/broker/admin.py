@@ -29,6 +29,7 @@ class PreconditionFailedError(NotEmptyError):
     """The resource is in use (connected producers or consumers); use force to override."""
 
     code = "broker.precondition_failed"
+    http_status = 412
 
 
 @dataclass

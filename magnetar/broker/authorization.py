@@ -45,6 +45,9 @@ class AuthorizationError(MagnetarError):
     super-user for the permission the message names."""
 
     code = "auth.denied"
+    http_status = 403
+    pulsar_error = "AuthorizationError"
+    kafka_error = "TOPIC_AUTHORIZATION_FAILED"
 
 
 @dataclass

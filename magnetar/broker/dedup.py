@@ -40,6 +40,9 @@ class DuplicateUnknownError(BrokerError):
     """
 
     code = "broker.duplicate_unknown"
+    http_status = 503
+    pulsar_error = "PersistenceError"  # the client resends later
+    kafka_error = "REQUEST_TIMED_OUT"
     retriable = True
 
 

@@ -1,11 +1,8 @@
-"""Errors of the broker. Protocol handlers map each ``code`` to their wire error."""
+"""Errors of the broker, each with its wire codes (see magnetar.core.errors)."""
 
 from __future__ import annotations
 
 from magnetar.core.errors import MagnetarError
-from magnetar.ledger import StorageError  # re-exported: the servers map storage failures
-
-__all__ = ["StorageError"]  # and every class below
 
 
 class BrokerError(MagnetarError):
@@ -16,6 +13,9 @@ class BrokerError(MagnetarError):
 
 class NotFoundError(BrokerError):
     code = "broker.not_found"
+    http_status = 404
+    pulsar_error = "TopicNotFound"
+    kafka_error = "UNKNOWN_TOPIC_OR_PARTITION"
 
 
 class TenantNotFoundError(NotFoundError):
@@ -32,50 +32,76 @@ class TopicNotFoundError(NotFoundError):
 
 class SubscriptionNotFoundError(NotFoundError):
     code = "broker.subscription_not_found"
+    pulsar_error = "SubscriptionNotFound"
+    kafka_error = "GROUP_ID_NOT_FOUND"
 
 
 class AlreadyExistsError(BrokerError):
     code = "broker.exists"
+    http_status = 409
+    pulsar_error = "NotAllowedError"
+    kafka_error = "TOPIC_ALREADY_EXISTS"
 
 
 class NotEmptyError(BrokerError):
     """Deleting something that still holds other things (namespaces, topics)."""
 
     code = "broker.not_empty"
+    http_status = 409
+    pulsar_error = "NotAllowedError"
+    kafka_error = "INVALID_REQUEST"
 
 
 class InvalidRequestError(BrokerError):
     """The request is malformed or impossible; the message says which part."""
 
     code = "broker.invalid"
+    http_status = 400
+    pulsar_error = "NotAllowedError"
+    kafka_error = "INVALID_REQUEST"
 
 
 class ProducerBusyError(BrokerError):
     """Another producer holds exclusive access, or the producer name is taken."""
 
     code = "broker.producer_busy"
+    http_status = 409
+    pulsar_error = "ProducerBusy"
 
 
 class ProducerFencedError(BrokerError):
     code = "broker.producer_fenced"
+    http_status = 409
+    pulsar_error = "ProducerFenced"
+    kafka_error = "PRODUCER_FENCED"
 
 
 class ConsumerBusyError(BrokerError):
     """An exclusive subscription already has a consumer, or the types conflict."""
 
     code = "broker.consumer_busy"
+    http_status = 409
+    pulsar_error = "ConsumerBusy"
 
 
 class IncompatibleSchemaError(BrokerError):
     code = "broker.incompatible_schema"
+    http_status = 409
+    pulsar_error = "IncompatibleSchema"
+    kafka_error = "INVALID_RECORD"
 
 
 class SchemaNotFoundError(NotFoundError):
     code = "broker.schema_not_found"
+    kafka_error = "UNKNOWN_SERVER_ERROR"  # no Kafka request names a schema
 
 
 class MessageTooLargeError(BrokerError):
     code = "broker.message_too_large"
+    http_status = 413
+    # the one SEND_ERROR on which the C++ client fails that message alone (not retried)
+    pulsar_error = "ChecksumError"
+    kafka_error = "MESSAGE_TOO_LARGE"
 
 
 class TopicFencedError(BrokerError):
@@ -84,6 +110,9 @@ class TopicFencedError(BrokerError):
     retry there (Pulsar's clients do so on their own)."""
 
     code = "broker.topic_fenced"
+    http_status = 503
+    pulsar_error = "ServiceNotReady"  # the client looks the topic up again
+    kafka_error = "NOT_LEADER_OR_FOLLOWER"
     retriable = True
 
 
@@ -92,6 +121,10 @@ class CursorFencedError(BrokerError):
     owns the subscription and writes nothing more to it."""
 
     code = "broker.cursor_fenced"
+    retriable = True  # through the topic's new owner
+    http_status = 503
+    pulsar_error = "ServiceNotReady"  # the subscription moved: look it up again
+    kafka_error = "NOT_COORDINATOR"
 
 
 class PartitionCountError(InvalidRequestError):
@@ -99,6 +132,8 @@ class PartitionCountError(InvalidRequestError):
     ``max_num_partitions_per_partitioned_topic``; nothing was created or changed."""
 
     code = "broker.partition_count"
+    http_status = 406  # Pulsar: "Number of partitions should be ..."
+    kafka_error = "INVALID_PARTITIONS"
 
 
 class TooManyTopicsError(InvalidRequestError):
@@ -107,3 +142,5 @@ class TooManyTopicsError(InvalidRequestError):
     broker does not allow now, as Pulsar's NotAllowedException."""
 
     code = "broker.too_many_topics"
+    http_status = 412  # Pulsar: "Exceed maximum number of topics in namespace"
+    kafka_error = "POLICY_VIOLATION"

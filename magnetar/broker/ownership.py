@@ -88,6 +88,9 @@ class NotOwnerError(BrokerError):
     ServiceNotReady, which makes its client do so)."""
 
     code = "broker.not_owner"
+    http_status = 503
+    pulsar_error = "ServiceNotReady"
+    kafka_error = "NOT_LEADER_OR_FOLLOWER"  # another broker serves it
     retriable = True
 
 

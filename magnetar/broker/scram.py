@@ -35,6 +35,9 @@ class ScramCredentialError(MagnetarError):
     """A SCRAM credential cannot be stored as asked; the message says why."""
 
     code = "auth.scram"
+    http_status = 401
+    pulsar_error = "AuthenticationError"
+    kafka_error = "SASL_AUTHENTICATION_FAILED"
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ class NotEnoughStorageNodesError(StorageError):
     Start or repair storage nodes (`magnetar admin storage-nodes list`) and retry."""
 
     code = "cluster.not_enough_nodes"
+    kafka_error = "NOT_ENOUGH_REPLICAS"
     retriable = True
 
 

@@ -37,6 +37,9 @@ class AuthenticationError(MagnetarError):
     refused; nothing it asked for was done."""
 
     code = "auth.failed"
+    http_status = 401
+    pulsar_error = "AuthenticationError"
+    kafka_error = "SASL_AUTHENTICATION_FAILED"
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,9 @@ class GrantError(MagnetarError):
     """A Flight read without a valid grant for its partition: ask for a new plan."""
 
     code = "auth.grant"
+    http_status = 403
+    pulsar_error = "AuthorizationError"
+    kafka_error = "TOPIC_AUTHORIZATION_FAILED"
 
 
 class ReadGrants:

@@ -31,6 +31,9 @@ class TokenError(MagnetarError):
     """A token is malformed, badly signed, expired, or names no role."""
 
     code = "auth.token"
+    http_status = 401
+    pulsar_error = "AuthenticationError"
+    kafka_error = "SASL_AUTHENTICATION_FAILED"
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,6 +41,7 @@ class BodyTooLargeError(InvalidRequestError):
     """The body is larger than MAX_BODY_BYTES (413); nothing was read past the bound."""
 
     code = "http.body_too_large"
+    http_status = 413
 
 
 # a JSON string (escapes included), so brackets inside strings are not counted as nesting

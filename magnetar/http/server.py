@@ -18,23 +18,23 @@ from aiohttp import web
 
 from magnetar import __version__
 from magnetar.broker import Broker
-from magnetar.broker import errors as be
-from magnetar.broker.admin import PreconditionFailedError, TopicAdmin
+from magnetar.broker.admin import TopicAdmin
 from magnetar.broker.authorization import Authorizer
 from magnetar.broker.offload import OffloadService
 from magnetar.broker.ownership import BrokerInfo
 from magnetar.core.authentication import AuthenticationError, Authenticator, Identity
 from magnetar.core.connections import ConnectionGate, ConnectionLimits
-from magnetar.core.errors import InvalidNameError, MagnetarError
+from magnetar.core.errors import MagnetarError
 from magnetar.core.grants import ReadGrants
 from magnetar.core.names import TopicName, check_namespace, check_tenant, check_topic
 from magnetar.core.tls import peer_common_name
 from magnetar.http import messages, reading, schemas, tenants, topics
-from magnetar.http.bodies import MAX_BODY_BYTES, BodyTooLargeError
+from magnetar.http.bodies import MAX_BODY_BYTES
 from magnetar.http.broker_metrics import BrokerMetrics
 from magnetar.http.compaction import compaction_routes
 from magnetar.http.connection_caps import gate_connections
 from magnetar.http.console import console_routes
+from magnetar.http.errors import error_response
 from magnetar.http.iceberg import iceberg_routes
 from magnetar.http.metrics import MetricsEndpoint, MetricSource
 from magnetar.http.non_persistent import non_persistent_routes
@@ -47,36 +47,17 @@ log = logging.getLogger(__name__)
 
 MAX_REQUEST_LINE = 64 * 1024
 
-_STATUS: list[tuple[type[MagnetarError], int]] = [
-    (PreconditionFailedError, 412),
-    (be.TooManyTopicsError, 412),  # Pulsar: "Exceed maximum number of topics in namespace"
-    (be.PartitionCountError, 406),  # Pulsar: "Number of partitions should be ..."
-    (BodyTooLargeError, 413),
-    (be.NotFoundError, 404),
-    (be.AlreadyExistsError, 409),
-    (be.NotEmptyError, 409),
-    (be.IncompatibleSchemaError, 409),
-    (InvalidNameError, 412),
-    (be.InvalidRequestError, 400),
-]
-
-
-def status_of(error: MagnetarError) -> int:
-    for cls, status in _STATUS:
-        if isinstance(error, cls):
-            return status
-    return 500
-
 
 @web.middleware
 async def errors_as_json(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
     except MagnetarError as e:
-        status = status_of(e)
-        if status >= 500:
+        if e.retriable:
+            log.warning("%s %s: %s (retriable: answered 503)", request.method, request.path, e)
+        elif e.http_status >= 500:
             log.error("%s %s failed: %s", request.method, request.path, e, exc_info=e)
-        return web.json_response({"reason": str(e)}, status=status)
+        return error_response(e)
     except web.HTTPException as e:
         if e.status >= 400:
             return web.json_response({"reason": e.reason}, status=e.status)

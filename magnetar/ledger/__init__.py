@@ -7,7 +7,7 @@ opened through a :class:`LedgerFactory`, and reads segments as :class:`SegmentVi
 
 from magnetar.ledger.factory import LedgerFactory
 from magnetar.ledger.managed_ledger import LedgerStorage, ManagedLedger
-from magnetar.storage import OffsetOutOfRangeError, SegmentState, StorageError
+from magnetar.storage import OffsetOutOfRangeError, SegmentState
 from magnetar.storage import SegmentInfo as SegmentView
 from magnetar.storage.errors import CorruptionError  # a read met damaged data
 from magnetar.tier import ValueSchema  # what types a topic's Iceberg table (ManagedLedger.offload)
@@ -20,6 +20,5 @@ __all__ = [
     "OffsetOutOfRangeError",
     "SegmentState",
     "SegmentView",
-    "StorageError",
     "ValueSchema",
 ]

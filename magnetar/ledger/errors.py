@@ -13,6 +13,9 @@ class NoObjectStoreError(LedgerError):
     """The ledger was opened without a tier: configure ``tier_url`` to offload."""
 
     code = "ledger.no_object_store"
+    http_status = 400
+    pulsar_error = "NotAllowedError"
+    kafka_error = "INVALID_REQUEST"
 
 
 class SegmentNotOffloadableError(LedgerError):
@@ -20,3 +23,6 @@ class SegmentNotOffloadableError(LedgerError):
     written to, and an OFFLOADING or OFFLOADED one already has (or is getting) its copy."""
 
     code = "ledger.not_offloadable"
+    http_status = 409
+    pulsar_error = "NotAllowedError"
+    kafka_error = "INVALID_REQUEST"

@@ -9,6 +9,8 @@ class StorageError(MagnetarError):
     """The storage engine failed an operation."""
 
     code = "storage.error"
+    pulsar_error = "PersistenceError"
+    kafka_error = "KAFKA_STORAGE_ERROR"
 
 
 class CorruptionError(StorageError):
@@ -18,6 +20,7 @@ class CorruptionError(StorageError):
     """
 
     code = "storage.corrupt"
+    kafka_error = "CORRUPT_MESSAGE"  # librdkafka surfaces it in poll(); not retried silently
 
     def __init__(self, path: str, position: int, problem: str) -> None:
         super().__init__(
@@ -54,12 +57,18 @@ class PartitionNotFoundError(StorageError):
     """No partition of that name exists in this storage engine; create it first."""
 
     code = "storage.partition_not_found"
+    http_status = 404
+    pulsar_error = "TopicNotFound"
+    kafka_error = "UNKNOWN_TOPIC_OR_PARTITION"
 
 
 class OffsetOutOfRangeError(StorageError):
     """The offset lies before the first retained offset or after the end of the partition."""
 
     code = "storage.offset_out_of_range"
+    http_status = 400
+    pulsar_error = "NotAllowedError"
+    kafka_error = "OFFSET_OUT_OF_RANGE"
 
 
 class SegmentNotLocalError(StorageError):
@@ -77,3 +86,6 @@ class InvalidEntryError(StorageError):
     written and the same call will fail again."""
 
     code = "storage.invalid_entry"
+    http_status = 400
+    pulsar_error = "ChecksumError"  # the one SEND_ERROR that fails that message alone
+    kafka_error = "INVALID_RECORD"

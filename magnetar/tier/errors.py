@@ -7,6 +7,8 @@ class TierError(MagnetarError):
     """The object store or the offloader failed."""
 
     code = "tier.error"
+    pulsar_error = "PersistenceError"
+    kafka_error = "KAFKA_STORAGE_ERROR"
 
 
 class ObjectNotFoundError(TierError):

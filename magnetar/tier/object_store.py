@@ -35,7 +35,8 @@ class ObjectStore:
 
         The bytes go to a temporary key (``<key>.tmp-<pid>-<random>``) first, then are moved
         into place. A failure or crash can leave such a temporary object behind, never a
-        partial ``key``; ``OffloadService.cleanup_orphans`` deletes the leftovers.
+        partial ``key``. An offload writes under its attempt's prefix, so the leftover goes
+        with the attempt (``Offloader.delete_attempt``, called for recorded attempts only).
         """
         key = self.checked(key)
         tmp = f"{key}{TMP_MARK}{os.getpid()}-{uuid.uuid4().hex[:12]}"

@@ -1,6 +1,7 @@
 """Errors of the views area: one root, :class:`ViewError`, with a stable code per class.
 
-The HTTP layer maps them to statuses (``status`` below); the CLI prints the message.
+The HTTP layer answers ``http_status`` (503 with Retry-After when ``retriable``); the CLI
+prints the message.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ class ViewError(MagnetarError):
     """Root of every error of the views area."""
 
     code: ClassVar[str] = "views.error"
-    status: ClassVar[int] = 500
+    http_status = 500
 
 
 class InvalidViewError(ViewError):
@@ -22,21 +23,21 @@ class InvalidViewError(ViewError):
     unimportable function); nothing was created or changed. Fix the definition and retry."""
 
     code = "views.invalid"
-    status = 400
+    http_status = 400
 
 
 class ViewNotFoundError(ViewError):
     """No view of that name exists (or it was deleted)."""
 
     code = "views.not_found"
-    status = 404
+    http_status = 404
 
 
 class ViewConflictError(ViewError):
     """The call does not fit the view's current state (e.g. writing a read-only as-of view)."""
 
     code = "views.conflict"
-    status = 409
+    http_status = 409
 
 
 class TransformError(ViewError):
@@ -64,14 +65,14 @@ class ViewFencedError(ViewError):
     the old leader stops its query."""
 
     code = "views.fenced"
-    status = 409
+    http_status = 409
 
 
 class ViewMovedError(ViewError):
     """Another broker leads the view: the call belongs there (HTTP 307 to ``location``)."""
 
     code = "views.moved"
-    status = 307
+    http_status = 307
 
     def __init__(self, message: str, location: str) -> None:
         super().__init__(message)
@@ -84,7 +85,7 @@ class ViewNotLedError(ViewError):
 
     code = "views.no_leader"
     retriable = True
-    status = 503
+    http_status = 503
 
 
 class StateStoreError(ViewError):
@@ -93,4 +94,4 @@ class StateStoreError(ViewError):
 
     code = "views.store"
     retriable = True
-    status = 503
+    http_status = 503

@@ -13,6 +13,7 @@ from typing import Any
 from aiohttp import web
 
 from magnetar.http.bodies import json_body, obj, text
+from magnetar.http.errors import error_response
 from magnetar.http.routes import Handler, Route, no_content, ok
 from magnetar.views.errors import InvalidViewError, ViewError, ViewMovedError
 from magnetar.views.service import ViewService
@@ -28,7 +29,7 @@ def _errors(handler: Handler) -> Handler:
         except ViewMovedError as e:  # another broker leads the view: the call goes there
             raise web.HTTPTemporaryRedirect(e.location.rstrip("/") + request.path_qs) from None
         except ViewError as e:
-            return web.json_response({"reason": str(e), "code": e.code}, status=e.status)
+            return error_response(e)
 
     return wrapped
 

@@ -5,7 +5,9 @@ back. The data directory is a small tmpfs filled with a ballast file.
 Kafka's answer stays KAFKA_STORAGE_ERROR, what Kafka itself answers for a failed log
 directory: it is retriable, so clients retry until their delivery timeout (librdkafka's
 message.timeout.ms, the Java client's delivery.timeout.ms) and then report the message
-failed; nothing of it was stored, so a retry after space returns is stored once.
+failed; nothing of it was stored, so a retry after space returns is stored once. A Pulsar
+producer is answered PersistenceError (DiskFullError is retriable), on which its client
+reconnects and resends until its send timeout.
 """
 
 from __future__ import annotations
@@ -16,9 +18,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import confluent_kafka
+import pulsar
 import pytest
 
 from magnetar.testing.server import StandaloneProcess
+from tests.http.helpers import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -87,3 +91,45 @@ def test_disk_full_is_logged_once_measured_answered_and_recovers(small_disk: Pat
         assert _produce(bootstrap, 2) == [None, None]
         assert _metric(server, "magnetar_storage_disk_full") == 0
         assert len([x for x in server.output if "disk space is back" in x]) == 1
+
+
+def test_producers_of_both_protocols_retry_through_a_full_disk(small_disk: Path) -> None:
+    with StandaloneProcess(small_disk / "data") as server:
+        client = pulsar.Client(server.pulsar_url, operation_timeout_seconds=30)
+        try:
+            producer = client.create_producer(
+                "retry-pulsar", send_timeout_millis=120_000, batching_enabled=False
+            )
+            producer.send(b"before")
+            kafka = confluent_kafka.Producer(
+                {
+                    "bootstrap.servers": f"127.0.0.1:{server.kafka_port}",
+                    "linger.ms": 0,
+                    "message.timeout.ms": 120_000,
+                }
+            )
+            kafka.produce("retry-kafka", b"before")  # the topic exists before the disk fills
+            assert kafka.flush(30) == 0
+            ballast = _fill(small_disk)
+            sent: list[object] = []
+            delivered: list[object] = []
+            producer.send_async(b"x" * 10_000, lambda result, _id: sent.append(result))
+            kafka.produce(
+                "retry-kafka", b"y" * 10_000, on_delivery=lambda e, _m: delivered.append(e)
+            )
+
+            def refused() -> bool:
+                kafka.poll(0.1)
+                return _metric(server, "magnetar_storage_disk_full") == 1
+
+            wait_until(refused, "an append refused for want of disk", timeout=60)
+            assert sent == [] and delivered == []  # both clients are still retrying
+            ballast.unlink()
+            producer.flush()
+            kafka.flush(60)
+            assert sent == [pulsar.Result.Ok] and delivered == [None]
+            reader = client.create_reader("retry-pulsar", pulsar.MessageId.earliest)
+            got = [reader.read_next(10_000).data() for _ in range(2)]
+            assert got == [b"before", b"x" * 10_000] and not reader.has_message_available()
+        finally:
+            client.close()

@@ -62,7 +62,7 @@ def test_a_module_outside_the_path_is_refused_unrun(
     monkeypatch.syspath_prepend(str(outside))  # importable the ordinary way
     with pytest.raises(InvalidViewError, match="views_python_path") as refused:
         load_function("v22_evil:apply", roots=[trusted])
-    assert "not found" in str(refused.value) and refused.value.status == 400
+    assert "not found" in str(refused.value) and refused.value.http_status == 400
     assert not marker.exists(), "the module's code never ran"
     for spec in ("os:getcwd", "magnetar.cli:main", "antigravity:geohash"):
         with pytest.raises(InvalidViewError, match="views_python_path"):

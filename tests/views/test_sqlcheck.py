@@ -85,7 +85,7 @@ def test_refused_constructs_are_named(spark: Any, sql: str, named: str) -> None:
     with pytest.raises(InvalidViewError) as refused:
         parse_view_sql(spark, sql)
     assert named in str(refused.value)
-    assert refused.value.status == 400
+    assert refused.value.http_status == 400
 
 
 @pytest.mark.parametrize("sql", ALLOWED)

@@ -40,6 +40,8 @@ Response = dict[str, Any]
 
 class AclError(MagnetarError):
     code = "kafka.acl"
+    http_status = 400
+    kafka_error = "INVALID_REQUEST"
 
 
 @dataclass(frozen=True)

@@ -1,16 +1,17 @@
 """Errors of the Kafka protocol handler and the Kafka wire error codes they map to.
 
-One root, :class:`KafkaProtocolError`; each subclass carries the Kafka ``error_code`` a
-client expects for it. :func:`error_code_of` turns any exception met while serving a
-request (broker, storage or protocol) into the code to put in the response.
+Every error class names the Kafka code a client expects for it (``kafka_error``, a name of
+:class:`ErrorCode`; STYLE 12), the handler's own classes under :class:`KafkaProtocolError`
+included. :func:`error_code_of` — the one mapping of the Kafka server — resolves the name
+and reads ``retriable``: a retriable error is answered with a code Kafka clients retry (the
+class's own when it is one, else REQUEST_TIMED_OUT), a non-retriable one with its own code.
 """
 
 from __future__ import annotations
 
 import enum
-from typing import ClassVar
 
-from magnetar.core.errors import InvalidNameError, MagnetarError
+from magnetar.core.errors import MagnetarError
 
 
 class ErrorCode(enum.IntEnum):
@@ -32,12 +33,14 @@ class ErrorCode(enum.IntEnum):
     NOT_COORDINATOR = 16
     INVALID_TOPIC_EXCEPTION = 17
     RECORD_LIST_TOO_LARGE = 18
+    NOT_ENOUGH_REPLICAS = 19
     ILLEGAL_GENERATION = 22
     INCONSISTENT_GROUP_PROTOCOL = 23
     INVALID_GROUP_ID = 24
     UNKNOWN_MEMBER_ID = 25
     INVALID_SESSION_TIMEOUT = 26
     REBALANCE_IN_PROGRESS = 27
+    TOPIC_AUTHORIZATION_FAILED = 29
     UNSUPPORTED_VERSION = 35
     TOPIC_ALREADY_EXISTS = 36
     INVALID_PARTITIONS = 37
@@ -57,6 +60,7 @@ class ErrorCode(enum.IntEnum):
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
     KAFKA_STORAGE_ERROR = 56
     LOG_DIR_NOT_FOUND = 57
+    SASL_AUTHENTICATION_FAILED = 58
     UNKNOWN_PRODUCER_ID = 59
     NON_EMPTY_GROUP = 68
     GROUP_ID_NOT_FOUND = 69
@@ -75,24 +79,23 @@ class ErrorCode(enum.IntEnum):
 
 
 class KafkaProtocolError(MagnetarError):
-    """A Kafka request could not be served; ``error_code`` is what the client is told."""
+    """A Kafka request could not be served; ``kafka_error`` is what the client is told."""
 
     code = "kafka.error"
-    error_code: ClassVar[ErrorCode] = ErrorCode.UNKNOWN_SERVER_ERROR
 
 
 class CorruptRecordError(KafkaProtocolError):
     """A record batch fails its CRC or does not parse: nothing of it was stored."""
 
     code = "kafka.corrupt_record"
-    error_code = ErrorCode.CORRUPT_MESSAGE
+    kafka_error = "CORRUPT_MESSAGE"
 
 
 class InvalidRecordError(KafkaProtocolError):
     """A record batch parses but breaks a rule (offsets, counts, magic): nothing was stored."""
 
     code = "kafka.invalid_record"
-    error_code = ErrorCode.INVALID_RECORD
+    kafka_error = "INVALID_RECORD"
 
 
 class UnsupportedCompressionError(CorruptRecordError):
@@ -104,36 +107,36 @@ class NotStoredError(KafkaProtocolError):
 
     code = "kafka.not_stored"
     retriable = True
-    error_code = ErrorCode.KAFKA_STORAGE_ERROR
+    kafka_error = "KAFKA_STORAGE_ERROR"
 
 
 class UnsupportedVersionError(KafkaProtocolError):
     """The client used an API or version this handler does not advertise."""
 
     code = "kafka.unsupported_version"
-    error_code = ErrorCode.UNSUPPORTED_VERSION
+    kafka_error = "UNSUPPORTED_VERSION"
 
 
 class MalformedRequestError(KafkaProtocolError):
     """The request bytes do not decode; Kafka closes the connection on these."""
 
     code = "kafka.malformed_request"
-    error_code = ErrorCode.INVALID_REQUEST
+    kafka_error = "INVALID_REQUEST"
 
 
 class UnknownTopicError(KafkaProtocolError):
     code = "kafka.unknown_topic"
-    error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    kafka_error = "UNKNOWN_TOPIC_OR_PARTITION"
 
 
 class OffsetOutOfRangeError(KafkaProtocolError):
     code = "kafka.offset_out_of_range"
-    error_code = ErrorCode.OFFSET_OUT_OF_RANGE
+    kafka_error = "OFFSET_OUT_OF_RANGE"
 
 
 class MessageTooLargeError(KafkaProtocolError):
     code = "kafka.message_too_large"
-    error_code = ErrorCode.MESSAGE_TOO_LARGE
+    kafka_error = "MESSAGE_TOO_LARGE"
 
 
 class RefusedError(KafkaProtocolError):
@@ -158,36 +161,36 @@ class SequenceError(RefusedError):
     code = "kafka.sequence"
 
 
-# Broker and storage error codes → Kafka error codes.
-_BY_MAGNETAR_CODE = {
-    "broker.topic_not_found": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-    "broker.namespace_not_found": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-    "broker.tenant_not_found": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-    "broker.not_found": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-    "broker.exists": ErrorCode.TOPIC_ALREADY_EXISTS,
-    "broker.invalid": ErrorCode.INVALID_REQUEST,
-    "broker.partition_count": ErrorCode.INVALID_PARTITIONS,  # over the broker's maximum
-    "broker.too_many_topics": ErrorCode.POLICY_VIOLATION,  # the namespace is full
-    "broker.message_too_large": ErrorCode.MESSAGE_TOO_LARGE,
-    "broker.not_owner": ErrorCode.NOT_LEADER_OR_FOLLOWER,  # another broker serves it
-    "broker.topic_fenced": ErrorCode.NOT_LEADER_OR_FOLLOWER,  # moving to another broker
-    "storage.offset_out_of_range": ErrorCode.OFFSET_OUT_OF_RANGE,
-    "storage.disk_full": ErrorCode.KAFKA_STORAGE_ERROR,
-    "storage.write_failed": ErrorCode.KAFKA_STORAGE_ERROR,
-    "storage.too_many_open_files": ErrorCode.KAFKA_STORAGE_ERROR,
-    # Damaged stored data: not retriable, so consumers surface it (librdkafka hands
-    # "Broker: Corrupt message" to poll(); KAFKA_STORAGE_ERROR it would retry silently).
-    "storage.corrupt": ErrorCode.CORRUPT_MESSAGE,
-    InvalidNameError.code: ErrorCode.INVALID_TOPIC_EXCEPTION,
-}
+# Codes Kafka's clients retry (Kafka's RetriableException subclasses), among those answered.
+RETRIABLE = frozenset(
+    {
+        ErrorCode.CORRUPT_MESSAGE,
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.LEADER_NOT_AVAILABLE,
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.REQUEST_TIMED_OUT,
+        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+        ErrorCode.COORDINATOR_NOT_AVAILABLE,
+        ErrorCode.NOT_COORDINATOR,
+        ErrorCode.NOT_ENOUGH_REPLICAS,
+        ErrorCode.CONCURRENT_TRANSACTIONS,
+        ErrorCode.KAFKA_STORAGE_ERROR,
+    }
+)
+
+
+def declared(cls: type[MagnetarError]) -> ErrorCode:
+    """The code ``cls`` names (KeyError when it is not one of :class:`ErrorCode`)."""
+    return ErrorCode[cls.kafka_error]
 
 
 def error_code_of(error: BaseException) -> ErrorCode:
     """The Kafka error code to answer ``error`` with."""
     if isinstance(error, RefusedError):
         return error.wire_code
-    if isinstance(error, KafkaProtocolError):
-        return error.error_code
-    if isinstance(error, MagnetarError):
-        return _BY_MAGNETAR_CODE.get(error.code, ErrorCode.UNKNOWN_SERVER_ERROR)
-    return ErrorCode.UNKNOWN_SERVER_ERROR
+    if not isinstance(error, MagnetarError):
+        return ErrorCode.UNKNOWN_SERVER_ERROR
+    code = declared(type(error))
+    if error.retriable and code not in RETRIABLE:
+        return ErrorCode.REQUEST_TIMED_OUT
+    return code

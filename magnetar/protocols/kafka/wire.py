@@ -37,7 +37,11 @@ with warnings.catch_warnings():
     )
     from kafka.protocol.api_message import ApiMessage  # type: ignore[import-untyped]
 
-from magnetar.protocols.kafka.errors import MalformedRequestError, UnsupportedVersionError
+from magnetar.protocols.kafka.errors import (
+    ErrorCode,
+    MalformedRequestError,
+    UnsupportedVersionError,
+)
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
 OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = 8, 9, 10
@@ -247,7 +251,7 @@ def unsupported_response(frame: bytes) -> bytes | None:
     }
     if "error_code" not in fields:
         return None
-    values: dict[str, Any] = {"error_code": UnsupportedVersionError.error_code}
+    values: dict[str, Any] = {"error_code": ErrorCode[UnsupportedVersionError.kafka_error]}
     if "error_message" in fields:
         values["error_message"] = f"API {key} version {version} is not supported by this server"
     message = build(response_class, values)

@@ -56,6 +56,8 @@ class MessageRefusedError(ProtocolError):
     makes it reconnect and resend the same message forever)."""
 
     code = "pulsar.message_refused"
+    pulsar_error = "ChecksumError"  # fails that message alone (see above)
+    kafka_error = "INVALID_RECORD"
 
 
 class ChecksumError(ProtocolError):

@@ -1,40 +1,45 @@
-"""Broker and storage errors → the Pulsar ServerError a client expects."""
+"""Errors → the Pulsar ServerError a client expects: the one mapping of the Pulsar server.
+
+Each error class names its code (``pulsar_error``, STYLE 12); this module resolves the name
+and reads ``retriable``. The C++ client (pulsar-client) retries a failed lookup, producer or
+consumer creation unless the result is one it takes as final (TopicNotFound, NotAllowedError,
+AuthorizationError, ProducerBusy, ConsumerBusy, IncompatibleSchema, ChecksumError, ...), and
+resends a message after any SEND_ERROR but ChecksumError. A retriable error is therefore
+answered with a code it retries — the class's own when it is one (ServiceNotReady makes it
+look the topic up again; PersistenceError and MetadataError, as Pulsar answers storage and
+metadata failures), else ServiceNotReady — and a non-retriable one with its specific code.
+Anything that is not a MagnetarError is a server fault: UnknownError.
+"""
 
 from __future__ import annotations
 
-from magnetar.broker import errors as be
-from magnetar.broker.authorization import AuthorizationError
-from magnetar.broker.ownership import NotOwnerError
 from magnetar.core.errors import InvalidNameError, MagnetarError
 from magnetar.protocols.pulsar._proto import pulsar_api_pb2 as pb
-from magnetar.protocols.pulsar.errors import MessageRefusedError
 
-_MAP: list[tuple[type[MagnetarError], pb.ServerError]] = [
-    (AuthorizationError, pb.ServerError.AuthorizationError),
-    (NotOwnerError, pb.ServerError.ServiceNotReady),
-    (be.TopicFencedError, pb.ServerError.ServiceNotReady),
-    (be.SubscriptionNotFoundError, pb.ServerError.SubscriptionNotFound),
-    (be.SchemaNotFoundError, pb.ServerError.TopicNotFound),
-    (be.NotFoundError, pb.ServerError.TopicNotFound),
-    (be.ProducerFencedError, pb.ServerError.ProducerFenced),
-    (be.ProducerBusyError, pb.ServerError.ProducerBusy),
-    (be.ConsumerBusyError, pb.ServerError.ConsumerBusy),
-    (be.IncompatibleSchemaError, pb.ServerError.IncompatibleSchema),
-    (be.InvalidRequestError, pb.ServerError.NotAllowedError),
-    # ChecksumError is the one SEND_ERROR on which the C++ client fails that message alone
-    # (see MessageRefusedError); any other makes it reconnect and resend it forever
-    (be.MessageTooLargeError, pb.ServerError.ChecksumError),
-    (InvalidNameError, pb.ServerError.InvalidTopicName),
-    (MessageRefusedError, pb.ServerError.ChecksumError),
-    (be.StorageError, pb.ServerError.PersistenceError),
-]
+# Codes the C++ client retries on (its isResultRetryable) that say why: a retriable error
+# gets one of them (UnknownError is retried too, but says nothing).
+RETRIED = frozenset(
+    {
+        pb.ServerError.ServiceNotReady,
+        pb.ServerError.PersistenceError,
+        pb.ServerError.MetadataError,
+        pb.ServerError.TooManyRequests,
+    }
+)
+
+
+def declared(cls: type[MagnetarError]) -> pb.ServerError:
+    """The code ``cls`` declares (ValueError when its name is not one of Pulsar's)."""
+    return pb.ServerError.Value(cls.pulsar_error)
 
 
 def server_error(error: BaseException) -> pb.ServerError:
-    for cls, code in _MAP:
-        if isinstance(error, cls):
-            return code
-    return pb.ServerError.UnknownError
+    if not isinstance(error, MagnetarError):
+        return pb.ServerError.UnknownError
+    code = declared(type(error))
+    if error.retriable and code not in RETRIED:
+        return pb.ServerError.ServiceNotReady
+    return code
 
 
 def discovery_error(error: BaseException) -> pb.ServerError:

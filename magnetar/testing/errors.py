@@ -1,0 +1,35 @@
+"""Every :class:`MagnetarError` class, for the table tests of the servers' error mappings.
+
+A test that walks :func:`error_classes` covers a class added later without being told:
+importing every module of the package first registers every subclass there is.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+import magnetar
+from magnetar.core.errors import MagnetarError
+
+
+def error_classes() -> list[type[MagnetarError]]:
+    """MagnetarError and all its subclasses in the package, by module and name."""
+    for module in pkgutil.walk_packages(magnetar.__path__, "magnetar."):
+        if not module.name.endswith("__main__"):
+            importlib.import_module(module.name)
+    found, stack = set(), [MagnetarError]
+    while stack:
+        cls = stack.pop()
+        if cls.__module__.startswith("magnetar.") and cls not in found:
+            found.add(cls)
+            stack.extend(cls.__subclasses__())
+    return sorted(found, key=lambda c: (c.__module__, c.__qualname__))
+
+
+def bare(cls: type[MagnetarError]) -> MagnetarError:
+    """An instance of ``cls`` without its constructor (they take different arguments): the
+    mappings read only the class and its flags."""
+    error = cls.__new__(cls)
+    error.message = f"a {cls.__name__}"
+    return error
