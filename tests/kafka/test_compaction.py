@@ -7,13 +7,11 @@ with ``is_read_compacted`` reads the same view."""
 
 from __future__ import annotations
 
-import time
-import uuid
 from collections.abc import Iterator
 
 import pulsar
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -25,6 +23,7 @@ from confluent_kafka.admin import (
 from magnetar.testing.server import StandaloneProcess
 from tests.http.helpers import AdminHttp, run_standalone, wait_until
 from tests.kafka.conftest import TIMEOUT_S
+from tests.kafka.reading import read_to_end
 
 
 @pytest.fixture(scope="module")
@@ -85,33 +84,8 @@ def _produce(bootstrap: str, topic: str, records: list[tuple[bytes, bytes | None
 
 def _consume(bootstrap: str, topic: str, expect: int) -> list[tuple[int, bytes, bytes | None]]:
     """(offset, key, value) of everything a fresh consumer reads from the earliest offset."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": uuid.uuid4().hex,
-            "auto.offset.reset": "earliest",
-            "enable.partition.eof": True,
-        }
-    )
-    consumer.subscribe([topic])
-    got: list[tuple[int, bytes, bytes | None]] = []
-    at_end = False
-    deadline = time.monotonic() + TIMEOUT_S
-    try:
-        while len(got) < expect or not at_end:
-            assert time.monotonic() < deadline, f"read {got}, expected {expect}"
-            message = consumer.poll(0.2)
-            if message is None:
-                continue
-            if message.error():
-                assert message.error().code() == KafkaError._PARTITION_EOF, message.error()
-                at_end = True
-                continue
-            at_end = False
-            got.append((message.offset(), message.key(), message.value()))
-    finally:
-        consumer.close()
-    return got
+    got = read_to_end(bootstrap, topic, expect)
+    return [(message.offset(), message.key(), message.value()) for message in got]
 
 
 def test_cleanup_policy_is_the_compaction_policy(kafka_admin: AdminClient, topic: str) -> None:

@@ -6,19 +6,19 @@ fencing by epoch, the transaction timeout, and state that survives a restart."""
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 from collections.abc import Iterator
 
 import aiokafka
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaProducer
 
 from magnetar.testing.server import StandaloneProcess
 from tests.http.helpers import run_standalone
 from tests.kafka.conftest import TIMEOUT_S
+from tests.kafka.reading import read_to_end
 
 
 @pytest.fixture(scope="module")
@@ -42,30 +42,9 @@ def _producer(bootstrap: str, tid: str, **config: object) -> Producer:
 def _read_all(
     bootstrap: str, topic: str, isolation: str, expect: int, partitions: int = 1
 ) -> list[bytes]:
-    """Every value of ``topic`` a fresh consumer with ``isolation`` reads, until ``expect``
-    arrived and a further poll brings nothing."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex,
-                         "auto.offset.reset": "earliest", "isolation.level": isolation,
-                         "enable.partition.eof": True})  # fmt: skip
-    consumer.subscribe([topic])
-    values: list[bytes] = []
-    at_end: set[int] = set()
-    deadline = time.monotonic() + TIMEOUT_S
-    try:
-        while len(values) < expect or len(at_end) < partitions:
-            assert time.monotonic() < deadline, f"read {len(values)} of {expect}"
-            message = consumer.poll(0.2)
-            if message is None:
-                continue
-            if message.error():
-                assert message.error().code() == KafkaError._PARTITION_EOF, message.error()
-                at_end.add(message.partition())
-                continue
-            at_end.discard(message.partition())
-            values.append(message.value())
-    finally:
-        consumer.close()
-    return values
+    """Every value of ``topic`` a fresh consumer with ``isolation`` reads to its end."""
+    got = read_to_end(bootstrap, topic, expect, isolation=isolation, partitions=partitions)
+    return [message.value() for message in got]
 
 
 def test_committed_and_aborted_transactions(bootstrap: str) -> None:

@@ -7,17 +7,16 @@ read back from Parquet."""
 
 from __future__ import annotations
 
-import time
-import uuid
 from typing import Any
 
 import pulsar
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql import SparkSession
 
 from magnetar.testing.server import StandaloneProcess
+from tests.kafka.reading import read_to_end
 from tests.spark.conftest import SEGMENT_ENTRIES, Admin, offload, wait_until
 
 pytestmark = pytest.mark.slow
@@ -63,31 +62,6 @@ def _read_all_with_reader(client: pulsar.Client, name: str) -> list[bytes]:
     finally:
         reader.close()
     return got
-
-
-def _kafka_read_committed(bootstrap: str, topic: str, expect: int) -> list[bytes]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex,
-                         "auto.offset.reset": "earliest", "isolation.level": "read_committed",
-                         "enable.partition.eof": True})  # fmt: skip
-    consumer.subscribe([topic])
-    values: list[bytes] = []
-    at_end = False
-    deadline = time.monotonic() + TIMEOUT_S
-    try:
-        while len(values) < expect or not at_end:
-            assert time.monotonic() < deadline, f"read {values} of {expect}"
-            message = consumer.poll(0.2)
-            if message is None:
-                continue
-            if message.error():
-                assert message.error().code() == KafkaError._PARTITION_EOF, message.error()
-                at_end = True
-                continue
-            at_end = False
-            values.append(message.value())
-    finally:
-        consumer.close()
-    return values
 
 
 def _browse(admin: Admin, topic: str) -> dict[str, Any]:
@@ -142,7 +116,10 @@ def test_readers_get_committed_records_only(
         assert [m["value"] for m in page["messages"]] == [v.decode() for v in visible]
         assert page["lastStableOffset"] < page["endOffset"]
         assert _spark_values(spark, server, topic) == visible
-        assert _kafka_read_committed(bootstrap, topic, len(visible)) == visible
+        got = read_to_end(
+            bootstrap, topic, len(visible), isolation="read_committed", timeout_s=TIMEOUT_S
+        )
+        assert [message.value() for message in got] == visible
 
         producer.commit_transaction(TIMEOUT_S)  # the consumer waiting at the LSO gets the rest
         rest = [*pending, b"after-open"]
