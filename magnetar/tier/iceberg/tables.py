@@ -29,9 +29,9 @@ import io
 import json
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -59,6 +59,7 @@ COMMIT_TRIES = 20
 # A segment per append would leave a manifest per segment for every scan to open: merge them
 # (Iceberg's default merge thresholds: 100 manifests, 8 MB).
 TABLE_PROPERTIES = {"commit.manifest-merge.enabled": "true"}
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,28 +261,27 @@ class IcebergTables:
             OPERATION_PROPERTY: "offload",
         }
         catalog = self.catalog
+
+        def attempt() -> int:
+            table = catalog.load_table(ident)
+            present = self._referenced(table, files)
+            if present == set(uris):
+                return _snapshot_id(table)
+            if present:
+                raise IcebergCommitError(
+                    f"{ident}: {len(present)} of segment {files.segment_id}'s data files "
+                    "are in the table and the others are not; not adding any twice"
+                )
+            try:
+                # Duplicates were ruled out above, on the files that can hold these
+                # offsets; add_files' own check reads every manifest of the table.
+                table.add_files(uris, snapshot_properties=props, check_duplicate_files=False)
+            except (OSError, ValueError) as e:
+                raise IcebergCommitError(f"cannot commit to {ident}: {e}") from None
+            return _snapshot_id(catalog.load_table(ident))
+
         with self._lock:
-            for _ in range(COMMIT_TRIES):
-                table = catalog.load_table(ident)
-                present = self._referenced(table, files)
-                if present == set(uris):
-                    return _snapshot_id(table)
-                if present:
-                    raise IcebergCommitError(
-                        f"{ident}: {len(present)} of segment {files.segment_id}'s data files "
-                        "are in the table and the others are not; not adding any twice"
-                    )
-                try:
-                    # Duplicates were ruled out above, on the files that can hold these
-                    # offsets; add_files' own check reads every manifest of the table.
-                    table.add_files(uris, snapshot_properties=props, check_duplicate_files=False)
-                except _commit_failed():
-                    time.sleep(0.01)
-                    continue
-                except (OSError, ValueError) as e:
-                    raise IcebergCommitError(f"cannot commit to {ident}: {e}") from None
-                return _snapshot_id(catalog.load_table(ident))
-        raise IcebergCommitError(f"{ident}: {COMMIT_TRIES} commits lost to other writers")
+            return _retry_lost_commits(ident, attempt)
 
     def referenced(self, files: SegmentFiles) -> set[str]:
         """Which of ``files`` (as URIs) the table's current snapshot references."""
@@ -329,7 +329,8 @@ class IcebergTables:
             SEGMENTS_PROPERTY: json.dumps([s.summary() for s in segs]),
             OPERATION_PROPERTY: operation,
         }
-        for _ in range(COMMIT_TRIES):
+
+        def attempt() -> None:
             try:
                 table = self._catalog_now().load_table(ident)
             except NoSuchTableError:
@@ -344,17 +345,14 @@ class IcebergTables:
             )
             if not doomed:
                 return
-            try:
-                with (
-                    table.transaction() as tx,
-                    tx.update_snapshot(snapshot_properties=props).overwrite() as change,
-                ):
-                    for data_file in doomed:
-                        change.delete_data_file(data_file)
-                return
-            except _commit_failed():
-                time.sleep(0.01)
-        raise IcebergCommitError(f"{ident}: {COMMIT_TRIES} commits lost to other writers")
+            with (
+                table.transaction() as tx,
+                tx.update_snapshot(snapshot_properties=props).overwrite() as change,
+            ):
+                for data_file in doomed:
+                    change.delete_data_file(data_file)
+
+        _retry_lost_commits(ident, attempt)
 
     # -- maintenance -----------------------------------------------------------------------
 
@@ -373,42 +371,39 @@ class IcebergTables:
             OPERATION_PROPERTY: "compaction",
         }
         catalog = self.catalog
-        with self._lock:
-            for _ in range(COMMIT_TRIES):
-                table = catalog.load_table(ident)
-                span = dataclasses.replace(
-                    segments[0], last_offset=segments[-1].last_offset, keys=(key,)
+        span = dataclasses.replace(segments[0], last_offset=segments[-1].last_offset, keys=(key,))
+        old = {self.uri(k) for seg in segments for k in seg.keys}
+
+        def attempt() -> int:
+            table = catalog.load_table(ident)
+            if self._referenced(table, span):
+                return _snapshot_id(table)
+            doomed = {
+                f.file_path: f
+                for seg in segments
+                for f in self._data_files(table, seg)
+                if f.file_path in old
+            }
+            if set(doomed) != old:
+                raise IcebergCommitError(
+                    f"{ident}: {len(old) - len(doomed)} of the files to compact are not "
+                    "in the table; not compacting"
                 )
-                if self._referenced(table, span):
-                    return _snapshot_id(table)
-                old = {self.uri(k) for seg in segments for k in seg.keys}
-                doomed = {
-                    f.file_path: f
-                    for seg in segments
-                    for f in self._data_files(table, seg)
-                    if f.file_path in old
-                }
-                if set(doomed) != old:
-                    raise IcebergCommitError(
-                        f"{ident}: {len(old) - len(doomed)} of the files to compact are not "
-                        "in the table; not compacting"
-                    )
-                try:
-                    added = parquet_file_to_data_file(table.io, table.metadata, uri)
-                    with (
-                        table.transaction() as tx,
-                        tx.update_snapshot(snapshot_properties=props).overwrite() as change,
-                    ):
-                        for data_file in doomed.values():
-                            change.delete_data_file(data_file)
-                        change.append_data_file(added)
-                except _commit_failed():
-                    time.sleep(0.01)
-                    continue
-                except (OSError, ValueError) as e:
-                    raise IcebergCommitError(f"cannot compact {ident}: {e}") from None
-                return _snapshot_id(catalog.load_table(ident))
-        raise IcebergCommitError(f"{ident}: {COMMIT_TRIES} commits lost to other writers")
+            try:
+                added = parquet_file_to_data_file(table.io, table.metadata, uri)
+                with (
+                    table.transaction() as tx,
+                    tx.update_snapshot(snapshot_properties=props).overwrite() as change,
+                ):
+                    for data_file in doomed.values():
+                        change.delete_data_file(data_file)
+                    change.append_data_file(added)
+            except (OSError, ValueError) as e:
+                raise IcebergCommitError(f"cannot compact {ident}: {e}") from None
+            return _snapshot_id(catalog.load_table(ident))
+
+        with self._lock:
+            return _retry_lost_commits(ident, attempt)
 
     def expire_snapshots(self, partition: str, older_than_ms: int, keep: int) -> int:
         """Expire the table's snapshots taken before ``older_than_ms`` (epoch ms), except the
@@ -419,28 +414,26 @@ class IcebergTables:
 
         ident = identifier(partition)
         catalog = self.catalog
+
+        def attempt() -> int:
+            try:
+                table = catalog.load_table(ident)
+            except NoSuchTableError:
+                return 0
+            current = _snapshot_id(table)
+            ordered = sorted(table.snapshots(), key=lambda s: s.timestamp_ms)
+            doomed = [
+                s.snapshot_id
+                for s in ordered[: max(len(ordered) - keep, 0)]
+                if s.timestamp_ms < older_than_ms and s.snapshot_id != current
+            ]
+            if not doomed:
+                return 0
+            table.maintenance.expire_snapshots().by_ids(doomed).commit()
+            return len(doomed)
+
         with self._lock:
-            for _ in range(COMMIT_TRIES):
-                try:
-                    table = catalog.load_table(ident)
-                except NoSuchTableError:
-                    return 0
-                current = _snapshot_id(table)
-                ordered = sorted(table.snapshots(), key=lambda s: s.timestamp_ms)
-                doomed = [
-                    s.snapshot_id
-                    for s in ordered[: max(len(ordered) - keep, 0)]
-                    if s.timestamp_ms < older_than_ms and s.snapshot_id != current
-                ]
-                if not doomed:
-                    return 0
-                try:
-                    table.maintenance.expire_snapshots().by_ids(doomed).commit()
-                except _commit_failed():
-                    time.sleep(0.01)
-                    continue
-                return len(doomed)
-        raise IcebergCommitError(f"{ident}: {COMMIT_TRIES} commits lost to other writers")
+            return _retry_lost_commits(ident, attempt)
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -504,6 +497,19 @@ def _widened(table: Table, schema: pa.Schema) -> bool:
 def _snapshot_id(table: Table) -> int:
     snap = table.current_snapshot()
     return -1 if snap is None else int(snap.snapshot_id)
+
+
+def _retry_lost_commits(ident: tuple[str, str, str], attempt: Callable[[], _T]) -> _T:
+    """``attempt()``'s answer, calling it again while another writer wins the commit it
+    makes (CommitFailedException): at most COMMIT_TRIES times, 10 ms apart. ``attempt``
+    must load the table afresh and decide again each time (what it checked may have
+    changed). Raises IcebergCommitError when every try lost; other errors pass through."""
+    for _ in range(COMMIT_TRIES):
+        try:
+            return attempt()
+        except _commit_failed():
+            time.sleep(0.01)
+    raise IcebergCommitError(f"{ident}: {COMMIT_TRIES} commits lost to other writers")
 
 
 def _commit_failed() -> type[Exception]:
