@@ -9,6 +9,9 @@ class BrokerError(MagnetarError):
     """The broker refused or failed an operation."""
 
     code = "broker.error"
+    http_status = 500
+    pulsar_error = "UnknownError"
+    kafka_error = "UNKNOWN_SERVER_ERROR"
 
 
 class NotFoundError(BrokerError):

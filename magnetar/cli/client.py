@@ -30,6 +30,9 @@ _DEFAULT_PORTS = {"pulsar": 6650, "pulsar+ssl": 6651, "http": 8080, "https": 844
 
 class ClientCommandError(MagnetarError):
     code = "cli.client"
+    http_status = 500
+    pulsar_error = "UnknownError"
+    kafka_error = "UNKNOWN_SERVER_ERROR"
 
 
 def add_client(commands: Any) -> None:

@@ -27,6 +27,9 @@ STOP_GRACE_S = 30.0
 
 class ClusterCommandError(MagnetarError):
     code = "cli.cluster"
+    http_status = 500
+    pulsar_error = "UnknownError"
+    kafka_error = "UNKNOWN_SERVER_ERROR"
 
 
 def add_cluster(commands: Any) -> None:

@@ -21,6 +21,9 @@ class AdminCallError(MagnetarError):
     """The server refused the call (its reason is in the message) or could not be reached."""
 
     code = "cli.admin_call"
+    http_status = 500
+    pulsar_error = "UnknownError"
+    kafka_error = "UNKNOWN_SERVER_ERROR"
 
 
 class RestClient:

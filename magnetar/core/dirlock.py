@@ -25,6 +25,9 @@ class DirectoryInUseError(MagnetarError):
     setting that gives this process a directory of its own. Nothing was opened or changed."""
 
     code = "dir.in_use"
+    http_status = 500
+    pulsar_error = "UnknownError"
+    kafka_error = "UNKNOWN_SERVER_ERROR"
 
 
 class DirectoryLock:

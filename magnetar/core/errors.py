@@ -75,3 +75,6 @@ class ClosedError(MagnetarError):
     """You closed this resource and then used it."""
 
     code = "closed"
+    http_status = 500
+    pulsar_error = "UnknownError"
+    kafka_error = "UNKNOWN_SERVER_ERROR"

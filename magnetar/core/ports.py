@@ -24,6 +24,9 @@ class PortUnavailableError(MagnetarError):
     choose another with the setting the message names."""
 
     code = "config.port_unavailable"
+    http_status = 500
+    pulsar_error = "UnknownError"
+    kafka_error = "UNKNOWN_SERVER_ERROR"
 
 
 def how_to_set(setting: str) -> str:

@@ -7,6 +7,9 @@ class LedgerError(MagnetarError):
     """The managed ledger refused or failed an operation."""
 
     code = "ledger.error"
+    http_status = 500
+    pulsar_error = "UnknownError"
+    kafka_error = "UNKNOWN_SERVER_ERROR"
 
 
 class NoObjectStoreError(LedgerError):

@@ -21,6 +21,9 @@ class SparkSourceError(MagnetarError):
     """A bad option or an unreadable topic, reported on the driver before any task runs."""
 
     code = "spark.source"
+    http_status = 500
+    pulsar_error = "UnknownError"
+    kafka_error = "UNKNOWN_SERVER_ERROR"
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 A test that walks :func:`error_classes` covers a class added later without being told:
 importing every module of the package first registers every subclass there is.
+(``tests/errors_table.py`` turns the walk into one test case per class.)
 """
 
 from __future__ import annotations
@@ -25,6 +26,27 @@ def error_classes() -> list[type[MagnetarError]]:
             found.add(cls)
             stack.extend(cls.__subclasses__())
     return sorted(found, key=lambda c: (c.__module__, c.__qualname__))
+
+
+WIRE_CODES = ("http_status", "pulsar_error", "kafka_error")
+
+
+def error_id(cls: type[MagnetarError]) -> str:
+    """The test id of ``cls``'s case: ``module.QualName``."""
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def declared_by(cls: type[MagnetarError], wire_code: str) -> type:
+    """The class in ``cls``'s MRO whose body sets ``wire_code`` (one of :data:`WIRE_CODES`)."""
+    return next(c for c in cls.__mro__ if wire_code in vars(c))
+
+
+def declares_wire_codes(cls: type[MagnetarError]) -> bool:
+    """False when ``cls`` takes every wire code from MagnetarError's defaults (no class
+    between them declares one): an error nobody decided how to answer on any wire."""
+    return cls is MagnetarError or any(
+        declared_by(cls, name) is not MagnetarError for name in WIRE_CODES
+    )
 
 
 def bare(cls: type[MagnetarError]) -> MagnetarError:

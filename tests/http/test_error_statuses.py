@@ -17,14 +17,13 @@ from magnetar.http.bodies import BodyTooLargeError
 from magnetar.http.errors import RETRY_AFTER_S, error_response, status_of
 from magnetar.http.server import errors_as_json
 from magnetar.storage.errors import DiskFullError
-from magnetar.testing.errors import bare, error_classes
+from magnetar.testing.errors import bare
 from magnetar.testing.server import free_port
 from magnetar.views.errors import ViewNotFoundError
+from tests.errors_table import EVERY_ERROR_CLASS
 
-CLASSES = error_classes()
 
-
-@pytest.mark.parametrize("cls", CLASSES, ids=lambda c: f"{c.__module__}.{c.__qualname__}")
+@EVERY_ERROR_CLASS
 def test_every_error_class_has_a_status_and_a_json_body(cls: type[MagnetarError]) -> None:
     assert 300 <= cls.http_status <= 599
     answer = error_response(bare(cls))

@@ -24,12 +24,11 @@ from magnetar.storage.errors import (
     OffsetOutOfRangeError,
     WriteFailedError,
 )
-from magnetar.testing.errors import bare, error_classes
+from magnetar.testing.errors import bare
+from tests.errors_table import EVERY_ERROR_CLASS
 
-CLASSES = error_classes()
 
-
-@pytest.mark.parametrize("cls", CLASSES, ids=lambda c: f"{c.__module__}.{c.__qualname__}")
+@EVERY_ERROR_CLASS
 def test_every_error_class_maps_to_its_declared_code(cls: type[MagnetarError]) -> None:
     code = declared(cls)  # KeyError: a name the handler's ErrorCode does not have
     error = bare(cls)

@@ -82,6 +82,9 @@ class KafkaProtocolError(MagnetarError):
     """A Kafka request could not be served; ``kafka_error`` is what the client is told."""
 
     code = "kafka.error"
+    http_status = 500
+    pulsar_error = "UnknownError"
+    kafka_error = "UNKNOWN_SERVER_ERROR"
 
 
 class CorruptRecordError(KafkaProtocolError):

@@ -14,6 +14,9 @@ class ProtocolError(MagnetarError):
     """The peer sent bytes that do not follow the Pulsar binary protocol."""
 
     code = "pulsar.protocol"
+    http_status = 500
+    pulsar_error = "UnknownError"
+    kafka_error = "UNKNOWN_SERVER_ERROR"
 
 
 class FrameTooLargeError(ProtocolError):

@@ -13,19 +13,13 @@ from magnetar.protocols.pulsar._proto import pulsar_api_pb2 as pb
 from magnetar.protocols.pulsar.errors import MessageRefusedError
 from magnetar.protocols.pulsar.errors_map import RETRIED, declared, discovery_error, server_error
 from magnetar.storage.errors import DiskFullError, StorageError
-from magnetar.testing.errors import bare, error_classes
+from magnetar.testing.errors import bare
+from tests.errors_table import EVERY_ERROR_CLASS
 
 E = pb.ServerError
-CLASSES = error_classes()
 
 
-def test_the_walk_finds_every_area() -> None:
-    modules = {c.__module__.split(".")[1] for c in CLASSES}
-    assert {"broker", "storage", "meta", "tier", "views", "protocols", "core"} <= modules
-    assert len(CLASSES) > 80
-
-
-@pytest.mark.parametrize("cls", CLASSES, ids=lambda c: f"{c.__module__}.{c.__qualname__}")
+@EVERY_ERROR_CLASS
 def test_every_error_class_maps_to_its_declared_code(cls: type[MagnetarError]) -> None:
     code = declared(cls)  # ValueError: a name Pulsar does not have
     answered = server_error(bare(cls))
