@@ -99,7 +99,14 @@ async def topic_metadata(svc: Service, name: str | uuid.UUID, auto: bool) -> Res
         error = ErrorCode.NONE if n is not None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     partitions = []
     for i in range(n or 0):
-        node = await _leader(svc, name, i)
+        try:
+            node = await _leader(svc, name, i)
+        except MagnetarError as e:  # its bundle is changing hands: the client asks again
+            log.info("Kafka metadata of %s partition %d: no leader yet (%s)", name, i, e)
+            partitions.append({"error_code": ErrorCode.LEADER_NOT_AVAILABLE,
+                               "partition_index": i, "leader_id": -1, "replica_nodes": [],
+                               "isr_nodes": [], "offline_replicas": []})  # fmt: skip
+            continue
         partitions.append(
             {
                 "error_code": 0,
