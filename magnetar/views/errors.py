@@ -69,14 +69,19 @@ class ViewFencedError(ViewError):
 
 
 class ViewMovedError(ViewError):
-    """Another broker leads the view: the call belongs there (HTTP 307 to ``location``)."""
+    """Another broker leads the view: the call belongs there (HTTP 307 to ``location``, or
+    to ``secure_location`` for a call that came over TLS, when the leader serves HTTPS)."""
 
     code = "views.moved"
     http_status = 307
 
-    def __init__(self, message: str, location: str) -> None:
+    def __init__(self, message: str, location: str, secure_location: str = "") -> None:
         super().__init__(message)
         self.location = location
+        self.secure_location = secure_location
+
+    def location_for(self, secure: bool) -> str:
+        return self.secure_location if secure and self.secure_location else self.location
 
 
 class ViewNotLedError(ViewError):

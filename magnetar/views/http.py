@@ -27,7 +27,9 @@ def _errors(handler: Handler) -> Handler:
         try:
             return await handler(request)
         except ViewMovedError as e:  # another broker leads the view: the call goes there
-            raise web.HTTPTemporaryRedirect(e.location.rstrip("/") + request.path_qs) from None
+            raise web.HTTPTemporaryRedirect(
+                e.location_for(request.secure).rstrip("/") + request.path_qs
+            ) from None
         except ViewError as e:
             return error_response(e)
 

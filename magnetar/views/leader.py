@@ -42,9 +42,11 @@ class Leader:
     broker: str
     http: str
     epoch: int
+    https: str = ""  # its HTTPS address, when it serves one
 
     def to_json(self) -> dict[str, Any]:
-        return {"broker": self.broker, "http": self.http, "epoch": self.epoch}
+        return {"broker": self.broker, "http": self.http, "https": self.https,
+                "epoch": self.epoch}  # fmt: skip
 
 
 class Alone:
@@ -107,11 +109,13 @@ class ViewLeaders:
         found = await self.leases.holder(name)
         if found is None:
             return None
-        return Leader(found["broker"], found["http"], int(found["epoch"]))
+        return Leader(found["broker"], found["http"], int(found["epoch"]), found.get("https") or "")
 
     async def acquire(self, name: str) -> int | None:
         """Lead ``name`` if nobody does: its epoch, or None when another broker leads it."""
-        epoch = await self.leases.claim(name, {"broker": self.me.id, "http": self.me.http})
+        epoch = await self.leases.claim(
+            name, {"broker": self.me.id, "http": self.me.http, "https": self.me.https or ""}
+        )
         if epoch is None:
             return None
         self.led[name] = epoch

@@ -212,7 +212,9 @@ class ViewService:
         leader = leader or await self.leaders.leader(base)
         if leader is None:
             raise ViewNotLedError(f"no broker leads view {base!r} yet; retry in a few seconds")
-        raise ViewMovedError(f"view {base!r} runs on broker {leader.broker}", leader.http)
+        raise ViewMovedError(
+            f"view {base!r} runs on broker {leader.broker}", leader.http, leader.https
+        )
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
