@@ -402,7 +402,17 @@ def test_a_kafka_group_across_two_brokers_survives_one_dying(two_brokers: Cluste
             t.start()
         wait_for(lambda: len(seen) >= 1000, 90, "1000 messages consumed by the group")
         second.kill()
-        wait_for(lambda: len(seen) >= len(sent), 120, "every message consumed")
+        try:
+            wait_for(lambda: len(seen) >= len(sent), 120, "every message consumed")
+        except AssertionError as e:
+            with lock:
+                missing = sorted(set(sent) - seen)
+            raise AssertionError(
+                f"{e}: {len(seen)} of {len(sent)} seen; missing {missing[:20]}; "
+                f"commit failures { {p: f[-3:] for p, f in failures.items()} }; "
+                f"{_group_state(bootstrap, 'three', 'grouped', 6)}\n"
+                "surviving broker's log:\n" + "".join(first.output[-150:])
+            ) from None
         stop.set()
         for t in threads:
             t.join(30)
@@ -415,6 +425,31 @@ def test_a_kafka_group_across_two_brokers_survives_one_dying(two_brokers: Cluste
             assert offsets == sorted(offsets), f"partition {partition} committed backwards"
     finally:
         cluster.stop()
+
+
+def _group_state(bootstrap: str, group: str, topic: str, partitions: int) -> str:
+    """For a failure message: the group's members and assignment, its committed offsets and
+    the partitions' end offsets, as the brokers answer them now."""
+    import confluent_kafka
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    tps = [TopicPartition(topic, i) for i in range(partitions)]
+    try:
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        g = admin.describe_consumer_groups([group])[group].result(10)
+        members = [
+            (m.client_id, [tp.partition for tp in m.assignment.topic_partitions]) for m in g.members
+        ]
+        asked = [ConsumerGroupTopicPartitions(group, tps)]
+        found = admin.list_consumer_group_offsets(asked)[group].result(10)
+        committed = [(tp.partition, tp.offset) for tp in found.topic_partitions]
+        probe = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": "probe"})
+        ends = [probe.get_watermark_offsets(tp, 10) for tp in tps]
+        probe.close()
+    except Exception as e:  # the message says what could not be found out, and goes on
+        return f"group state unknown ({e!r})"
+    return f"group {g.state}, members {members}, committed {committed}, watermarks {ends}"
 
 
 def test_a_named_listener_is_answered_with_the_owner_address_on_it(
