@@ -13,7 +13,10 @@ from __future__ import annotations
 import importlib
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 RAW = 0  # opaque bytes written by Magnetar itself: one message per entry
 PULSAR = 1  # [u32 metadata size][MessageMetadata][payload] as a Pulsar producer sent it
@@ -161,6 +164,32 @@ class ColumnarFormat(UnpackingFormat, Protocol):
 
     def pack_columns(self, messages: MessageColumns, publish_time: int) -> bytes:
         """What ``pack(messages.rows(), publish_time)`` returns."""
+        ...
+
+
+@dataclass(slots=True)
+class MessageArrays:
+    """The messages of several entries as Arrow arrays, in order, one item per message:
+    what :class:`MessageColumns` of each entry hold, concatenated (null where a message has
+    no such field), plus each entry's own fields, one item per entry."""
+
+    counts: list[int]  # messages of each entry
+    values: pa.Array  # binary
+    keys: pa.Array  # string
+    properties: pa.Array  # map<string, string>
+    event_times: pa.Array  # int64, ms since the epoch
+    sequence_ids: pa.Array  # int64
+    producer_names: list[str | None]
+    schema_versions: list[int | None]
+    batch_sizes: list[int]
+
+
+class ArrowFormat(Protocol):
+    """A format that reads many entries into Arrow arrays at once (an offloaded segment)."""
+
+    def unpack_arrays(self, payloads: Seq[bytes]) -> MessageArrays:
+        """What :meth:`ColumnarFormat.unpack_columns` gives for each payload, as arrays.
+        Raises what ``unpack_columns`` raises for the first payload it cannot read."""
         ...
 
 

@@ -19,9 +19,11 @@ With an Iceberg catalog the segment's objects are the table's data files instead
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
+from operator import attrgetter
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -72,11 +74,74 @@ def entries_to_table(entries: Iterable[Entry]) -> pa.Table:
 
     Raises UnsupportedEntryFormatError when an entry cannot be split into exactly its
     ``count`` messages: a row per message is what keeps every offset addressable.
+
+    Each run of entries of one format whose codec reads many entries at once
+    (:class:`~magnetar.core.formats.ArrowFormat`) is read so; the others, and a run that
+    path cannot read, entry by entry (which raises the error of the first bad entry).
     """
+    parts = []
+    for _, group in itertools.groupby(entries, key=attrgetter("format")):
+        run = list(group)
+        table = _arrays_table(run)
+        parts.append(table if table is not None else _rows_table(run))
+    if len(parts) == 1:
+        return parts[0]
+    return pa.concat_tables(parts) if parts else _rows_table([])
+
+
+def _rows_table(entries: Sequence[Entry]) -> pa.Table:
     table = _TableBuilder()
     for entry in entries:
         table.add(entry, _messages(entry))
     return table.build()
+
+
+def _arrays_table(entries: Sequence[Entry]) -> pa.Table | None:
+    """The entries' rows from their codec's ``unpack_arrays``, or None: no such codec, or
+    one that raised or counted other messages (the row path then reads the entries again
+    and raises its own error, for the first bad entry)."""
+    unpack = getattr(formats.codec_of(entries[0].format), "unpack_arrays", None)
+    if unpack is None:
+        return None
+    try:
+        arrays: formats.MessageArrays = unpack([entry.payload for entry in entries])
+        if arrays.counts != [entry.count for entry in entries]:
+            return None
+        return _table_of(entries, arrays)
+    except Exception:  # read again entry by entry, which raises its own error
+        return None
+
+
+def _table_of(entries: Sequence[Entry], arrays: formats.MessageArrays) -> pa.Table:
+    held = [i for i, count in enumerate(arrays.counts) if count]  # entries with messages
+    counts = np.array([arrays.counts[i] for i in held], np.int64)
+    firsts = np.cumsum(counts) - counts
+    base = np.array([entries[i].base_offset for i in held], np.int64)
+    per_entry = {
+        "publish_time": [entries[i].publish_time * 1000 for i in held],
+        "producer_name": [arrays.producer_names[i] for i in held],
+        "schema_version": [arrays.schema_versions[i] for i in held],
+        "entry_offset": base,
+        "batch_size": [arrays.batch_sizes[i] for i in held],
+        "entry_format": [entries[i].format for i in held],
+    }
+    per_message = {
+        "offset": pa.array(np.repeat(base - firsts, counts) + np.arange(int(counts.sum()))),
+        "event_time": pc.multiply_checked(arrays.event_times, 1000),
+        "key": arrays.keys,
+        "value": arrays.values,
+        "properties": arrays.properties,
+        "sequence_id": arrays.sequence_ids,
+    }
+    run_ends = pa.array(np.cumsum(counts), pa.int64())
+    columns = []
+    for field in SCHEMA:
+        if field.name in per_message:
+            columns.append(per_message[field.name].cast(field.type))
+        else:
+            values = pa.array(per_entry[field.name], field.type)
+            columns.append(pc.run_end_decode(pa.RunEndEncodedArray.from_arrays(run_ends, values)))
+    return pa.Table.from_arrays(columns, schema=SCHEMA)
 
 
 def _messages(entry: Entry) -> MessageColumns:

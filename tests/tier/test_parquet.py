@@ -22,7 +22,7 @@ from magnetar.core import formats
 from magnetar.core.entries import Entry
 from magnetar.core.formats import MessageRow
 from magnetar.protocols.kafka import records
-from magnetar.protocols.pulsar import compression
+from magnetar.protocols.pulsar import batch_arrays, compression
 from magnetar.protocols.pulsar._proto import pulsar_api_pb2 as pb
 from magnetar.protocols.pulsar.batch import BatchedMessage, build_batch
 from magnetar.protocols.pulsar.errors import BatchFormatError, CompressionError
@@ -30,6 +30,18 @@ from magnetar.protocols.pulsar.frames import pack_payload
 from magnetar.tier import UnsupportedEntryFormatError
 from magnetar.tier.parquet import SCHEMA, entries_to_table, entry_boundaries, table_to_entries
 from tests.tier.rig import batch_size, publish_time, pulsar_entry
+
+
+@pytest.fixture(autouse=True, scope="module", params=["numpy split", "python split"])
+def splitter(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every test twice: with the batches of any run split together (numpy; entries it
+    declines split one by one) and with every batch split one by one (what a segment of
+    fewer than MIN_BATCHES batches gets)."""
+    default = batch_arrays.MIN_BATCHES
+    batch_arrays.MIN_BATCHES = 1 if request.param == "numpy split" else 1 << 60
+    yield
+    batch_arrays.MIN_BATCHES = default
+
 
 # -- the row-by-row path, as the reference ------------------------------------------------------
 

@@ -10,8 +10,10 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 
+import pyarrow as pa
+
 from magnetar.core import formats
-from magnetar.core.formats import MessageColumns, MessageRow
+from magnetar.core.formats import MessageArrays, MessageColumns, MessageRow
 from magnetar.protocols.pulsar._proto import pulsar_api_pb2 as pb
 from magnetar.protocols.pulsar.batch import (
     BatchedMessage,
@@ -20,6 +22,7 @@ from magnetar.protocols.pulsar.batch import (
     single_metadata_of,
     unpack,
 )
+from magnetar.protocols.pulsar.batch_arrays import MAP, SplitBatches, split_batches
 from magnetar.protocols.pulsar.batch_columns import build_columns, fields_of, split_columns
 from magnetar.protocols.pulsar.compression import decompress_payload
 from magnetar.protocols.pulsar.frames import pack_payload
@@ -115,6 +118,27 @@ class PulsarEntryFormat:
             batch_size=metadata.num_messages_in_batch,
         )
 
+    def unpack_arrays(self, payloads: Sequence[bytes]) -> MessageArrays:
+        """The entries' messages as arrays: their batches split together where
+        :func:`split_batches` can, the others one by one through :meth:`unpack_columns`.
+        Raises when a payload cannot be read (not necessarily the error ``unpack_columns``
+        gives for the first such payload: read them one by one for that)."""
+        metadatas = [metadata_of(payload) for payload in payloads]
+        batched = [i for i, metadata in enumerate(metadatas) if is_batch(metadata)]
+        split = split_batches(
+            [_batch_data(metadatas[i], payloads[i]) for i in batched],
+            [metadatas[i].num_messages_in_batch for i in batched],
+            [metadatas[i].sequence_id for i in batched],
+        )
+        fast = {i for i, done in zip(batched, split.fast.tolist(), strict=True) if done}
+        out = _ArraysBuilder(split)
+        for i, (metadata, payload) in enumerate(zip(metadatas, payloads, strict=True)):
+            if i in fast:
+                out.add_split(metadata)
+            else:
+                out.add_columns(self.unpack_columns(payload))
+        return out.build()
+
     def pack(self, rows: Sequence[MessageRow], publish_time: int) -> bytes:
         first = rows[0]
         metadata = _entry_metadata(
@@ -158,6 +182,83 @@ class PulsarEntryFormat:
         except (ValueError, TypeError, AttributeError):
             return self.pack(messages.rows(), publish_time)  # protobuf encodes it, or refuses
         return pack_payload(metadata, data)
+
+
+def _batch_data(metadata: pb.MessageMetadata, payload: bytes) -> bytes:
+    (size,) = _U32.unpack_from(payload, 0)
+    return decompress_payload(metadata, payload[4 + size :])
+
+
+class _ArraysBuilder:
+    """Chunks of each column in entry order: runs of rows of a :class:`SplitBatches` (sliced,
+    not copied) and the columns of entries read one by one."""
+
+    def __init__(self, split: SplitBatches) -> None:
+        self.split = split
+        self.row = 0  # the next unused row of the split
+        self.run_start = 0  # where the run of split rows not yet taken starts
+        self.chunks: list[list[pa.Array]] = [[], [], [], [], []]
+        self.counts: list[int] = []
+        self.producers: list[str | None] = []
+        self.versions: list[int | None] = []
+        self.batch_sizes: list[int] = []
+
+    def add_split(self, metadata: pb.MessageMetadata) -> None:
+        count = metadata.num_messages_in_batch
+        self.row += count
+        self._entry(count, metadata.producer_name or None, _schema_version(metadata), count)
+
+    def add_columns(self, columns: MessageColumns) -> None:
+        self._take_run()
+        chunks = (
+            pa.array(columns.values, pa.binary()),
+            pa.array(columns.keys, pa.string()),
+            pa.array(columns.properties, MAP),
+            pa.array(columns.event_times, pa.int64()),
+            pa.array(columns.sequence_ids, pa.int64()),
+        )
+        for column, chunk in zip(self.chunks, chunks, strict=True):
+            column.append(chunk)
+        self._entry(len(columns), columns.producer_name, columns.schema_version, columns.batch_size)
+
+    def _entry(self, count: int, producer: str | None, version: int | None, batch: int) -> None:
+        self.counts.append(count)
+        self.producers.append(producer)
+        self.versions.append(version)
+        self.batch_sizes.append(batch)
+
+    def _take_run(self) -> None:
+        if self.row > self.run_start:
+            split, start, length = self.split, self.run_start, self.row - self.run_start
+            columns = (split.values, split.keys, split.properties)
+            rest = (split.event_times, split.sequence_ids)
+            for column, array in zip(self.chunks, (*columns, *rest), strict=True):
+                column.append(array.slice(start, length))
+            self.run_start = self.row
+
+    def build(self) -> MessageArrays:
+        self._take_run()
+        types = (pa.binary(), pa.string(), MAP, pa.int64(), pa.int64())
+        values, keys, properties, event_times, sequence_ids = (
+            _concat(chunks, data_type) for chunks, data_type in zip(self.chunks, types, strict=True)
+        )
+        return MessageArrays(
+            self.counts,
+            values,
+            keys,
+            properties,
+            event_times,
+            sequence_ids,
+            self.producers,
+            self.versions,
+            self.batch_sizes,
+        )
+
+
+def _concat(chunks: list[pa.Array], data_type: pa.DataType) -> pa.Array:
+    if len(chunks) == 1:
+        return chunks[0]
+    return pa.concat_arrays(chunks) if chunks else pa.array([], data_type)
 
 
 def _entry_metadata(
