@@ -405,8 +405,8 @@ async def _finish_compaction(
 
 async def settle_compaction(ledger: ManagedLedger, tier: Tier, info: SegmentInfo) -> bool:
     """A compaction cut off (crash, catalog error) after its intent was recorded: finish it
-    when the table references its file, else delete the file and drop the intent. False
-    when the catalog cannot tell now (nothing changes)."""
+    when the table references its file, else delete what it wrote (a temporary upload too) and
+    drop the intent. False when the catalog cannot tell now (nothing changes)."""
     intent = (info.offload or {}).get("compaction")
     if not isinstance(intent, dict) or tier.iceberg is None:
         return True
@@ -424,11 +424,18 @@ async def settle_compaction(ledger: ManagedLedger, tier: Tier, info: SegmentInfo
     if present:
         await _finish_compaction(ledger, tier, info, intent)
         return True
-    await asyncio.to_thread(tier.store.delete, key)
+    # Not committed: everything under the compaction's own prefix goes, the file and any
+    # temporary upload a crash left beside it (the prefix names this compaction only).
+    await asyncio.to_thread(_delete_under, tier, key.rsplit("/", 1)[0] + "/")
     offload = dict(info.offload or {})
     offload.pop("compaction", None)
     await ledger.storage.update_segment(ledger.name, info.segment_id, offload=offload)
     return True
+
+
+def _delete_under(tier: Tier, prefix: str) -> None:
+    for key in tier.store.list(prefix):
+        tier.store.delete(key)
 
 
 def compacted_run_start(segments: list[SegmentInfo], before: int) -> int:
