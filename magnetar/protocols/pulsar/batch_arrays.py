@@ -21,6 +21,7 @@ thousands, so a long batch among short ones is cheaper walked in Python.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,7 +44,7 @@ from magnetar.protocols.pulsar.batch_columns import (
     TAG_SEQUENCE_ID,
 )
 
-MIN_BATCHES = 32
+MIN_BATCHES = 100
 """Below this many batches with messages left, a step costs more per message than Python."""
 
 _INT32_MAX = 0x7FFFFFFF
@@ -106,7 +107,7 @@ class _Messages:
 
 
 def split_batches(
-    datas: list[bytes],
+    datas: Sequence[bytes | memoryview],
     counts: list[int],
     first_sequence_ids: list[int],
     *,
@@ -265,7 +266,22 @@ def _varints(
     buf: np.ndarray[Any, Any], at: np.ndarray[Any, Any]
 ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]:
     """The varint at each of ``at`` (uint64), where each ends, and whether each is one of at
-    most 10 bytes and 64 bits (protobuf's limits; ``split_columns`` leaves others to it)."""
+    most 10 bytes and 64 bits (protobuf's limits; ``split_columns`` leaves others to it).
+    Varints of at most three bytes (sizes, lengths, most sequence ids) are read byte by byte
+    over the whole array; when any is longer, every one is read as ten bytes."""
+    first = buf[at]
+    if (first < 0x80).all():
+        return first.astype(np.uint64), at + 1, np.ones(len(at), np.bool_)
+    second, third = buf[at + 1], buf[at + 2]
+    one, two = first < 0x80, second < 0x80
+    if (one | two | (third < 0x80)).all():
+        low = (first & 0x7F).astype(np.uint64)
+        mid = (second & 0x7F).astype(np.uint64) << np.uint64(7)
+        value = np.where(
+            one, low, np.where(two, low | mid, low | mid | third.astype(np.uint64) << np.uint64(14))
+        )
+        length = np.where(one, 1, np.where(two, 2, 3))
+        return value, at + length, np.ones(len(at), np.bool_)
     raw = buf[at[:, None] + _TEN]
     last = raw < 0x80
     length = last.argmax(axis=1) + 1

@@ -14,6 +14,7 @@ import pyarrow as pa
 
 from magnetar.core import formats
 from magnetar.core.formats import MessageArrays, MessageColumns, MessageRow
+from magnetar.protocols.pulsar import compression
 from magnetar.protocols.pulsar._proto import pulsar_api_pb2 as pb
 from magnetar.protocols.pulsar.batch import (
     BatchedMessage,
@@ -184,9 +185,11 @@ class PulsarEntryFormat:
         return pack_payload(metadata, data)
 
 
-def _batch_data(metadata: pb.MessageMetadata, payload: bytes) -> bytes:
+def _batch_data(metadata: pb.MessageMetadata, payload: bytes) -> bytes | memoryview:
+    """The batch's payload, uncompressed (a view, not a copy, when it was not compressed)."""
     (size,) = _U32.unpack_from(payload, 0)
-    return decompress_payload(metadata, payload[4 + size :])
+    data = memoryview(payload)[4 + size :]
+    return data if metadata.compression == compression.NONE else decompress_payload(metadata, data)
 
 
 class _ArraysBuilder:

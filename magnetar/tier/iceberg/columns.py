@@ -71,6 +71,7 @@ TIER_COLUMNS = [
 RECORD_SCHEMAS = ("JSON", "AVRO")
 DAY_MICROS = 86_400_000_000
 _NEWLINE = 0x0A
+_JSON_BLOCK = 4 << 20  # Arrow parses blocks of this many bytes on its threads
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,7 +172,7 @@ def _decode_json_block(values: pa.ChunkedArray, record: pa.StructType) -> pa.Str
     try:
         table = pj.read_json(
             pa.BufferReader(data),
-            read_options=pj.ReadOptions(block_size=max(len(data), 1 << 20)),
+            read_options=pj.ReadOptions(block_size=_JSON_BLOCK),  # blocks: in parallel
             parse_options=options,
         )
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
