@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
+from typing import Any
 
 import pyarrow as pa
 
@@ -194,34 +195,35 @@ def _batch_data(metadata: pb.MessageMetadata, payload: bytes) -> bytes | memoryv
 
 class _ArraysBuilder:
     """Chunks of each column in entry order: runs of rows of a :class:`SplitBatches` (sliced,
-    not copied) and the columns of entries read one by one."""
+    not copied) between runs of entries read one by one (lists, one array per run)."""
+
+    TYPES = (pa.binary(), pa.string(), MAP, pa.int64(), pa.int64())
 
     def __init__(self, split: SplitBatches) -> None:
         self.split = split
         self.row = 0  # the next unused row of the split
         self.run_start = 0  # where the run of split rows not yet taken starts
         self.chunks: list[list[pa.Array]] = [[], [], [], [], []]
+        self.pending: list[list[Any]] = [[], [], [], [], []]  # entries read one by one
         self.counts: list[int] = []
         self.producers: list[str | None] = []
         self.versions: list[int | None] = []
         self.batch_sizes: list[int] = []
 
     def add_split(self, metadata: pb.MessageMetadata) -> None:
+        self._flush_pending()
         count = metadata.num_messages_in_batch
         self.row += count
         self._entry(count, metadata.producer_name or None, _schema_version(metadata), count)
 
     def add_columns(self, columns: MessageColumns) -> None:
         self._take_run()
-        chunks = (
-            pa.array(columns.values, pa.binary()),
-            pa.array(columns.keys, pa.string()),
-            pa.array(columns.properties, MAP),
-            pa.array(columns.event_times, pa.int64()),
-            pa.array(columns.sequence_ids, pa.int64()),
-        )
-        for column, chunk in zip(self.chunks, chunks, strict=True):
-            column.append(chunk)
+        values, keys, properties, event_times, sequence_ids = self.pending
+        values += columns.values
+        keys += columns.keys
+        properties += columns.properties
+        event_times += columns.event_times
+        sequence_ids += columns.sequence_ids
         self._entry(len(columns), columns.producer_name, columns.schema_version, columns.batch_size)
 
     def _entry(self, count: int, producer: str | None, version: int | None, batch: int) -> None:
@@ -239,11 +241,18 @@ class _ArraysBuilder:
                 column.append(array.slice(start, length))
             self.run_start = self.row
 
+    def _flush_pending(self) -> None:
+        if self.pending[0]:
+            for column, items, data_type in zip(self.chunks, self.pending, self.TYPES, strict=True):
+                column.append(pa.array(items, data_type))
+            self.pending = [[], [], [], [], []]
+
     def build(self) -> MessageArrays:
         self._take_run()
-        types = (pa.binary(), pa.string(), MAP, pa.int64(), pa.int64())
+        self._flush_pending()
         values, keys, properties, event_times, sequence_ids = (
-            _concat(chunks, data_type) for chunks, data_type in zip(self.chunks, types, strict=True)
+            _concat(chunks, data_type)
+            for chunks, data_type in zip(self.chunks, self.TYPES, strict=True)
         )
         return MessageArrays(
             self.counts,
