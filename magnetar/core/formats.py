@@ -189,7 +189,8 @@ class ArrowFormat(Protocol):
 
     def unpack_arrays(self, payloads: Seq[bytes]) -> MessageArrays:
         """What :meth:`ColumnarFormat.unpack_columns` gives for each payload, as arrays.
-        Raises what ``unpack_columns`` raises for the first payload it cannot read."""
+        Raises when a payload cannot be read, not necessarily the error ``unpack_columns``
+        gives for the first such payload: callers read the entries one by one for that."""
         ...
 
 
