@@ -19,9 +19,10 @@ from magnetar.views.stores import open_state_store
 
 
 @dataclass(frozen=True)
-class Me:
+class Me:  # what ViewLeaders reads of the broker's BrokerInfo
     id: str
     http: str
+    https: str = ""
 
 
 def test_one_leader_per_view_and_epochs_that_only_grow(zookeeper: ZooKeeperProcess) -> None:
