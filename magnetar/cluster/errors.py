@@ -3,7 +3,7 @@ answer a failed local write (nothing of the failed append was acknowledged)."""
 
 from __future__ import annotations
 
-from magnetar.storage.errors import CorruptionError, StorageError
+from magnetar.storage.errors import CorruptionError, FencedError, StorageError
 
 
 class NotEnoughStorageNodesError(StorageError):
@@ -15,7 +15,7 @@ class NotEnoughStorageNodesError(StorageError):
     retriable = True
 
 
-class LedgerFencedError(StorageError):
+class LedgerFencedError(FencedError):
     """Another writer fenced this ledger (it recovered the topic after this broker was
     thought dead): this broker must not acknowledge anything more for it."""
 

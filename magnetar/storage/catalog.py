@@ -3,15 +3,21 @@
     /storage/partitions/<quoted name>   {"id": n, "name": ...}
     /storage/segments/<pid>/<sid>       SegmentInfo (JSON)
     /storage/counters/<kind>            last id handed out
-    /storage/checkpoint                 {"journal": n, "position": p, "synced": {sid: size}}
+
+and, node-local, beside the journal it describes (never in shared metadata):
+
+    <journal dir>/checkpoint.json       {"journal": n, "position": p, "synced": {sid: size}}
 
 A checkpoint says: every journal record before (journal, position) is in a segment file,
-and each listed open segment was fsynced up to the given size.
+and each listed open segment was fsynced up to the given size. Data directories written
+before the file existed kept it at ``/storage/checkpoint`` in the metadata store: it is read
+from there once, and removed after the first checkpoint is in the file.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
@@ -26,6 +32,8 @@ from magnetar.storage.segment import Segment, SegmentInfo, SegmentState
 from magnetar.storage.tail_cache import CacheBudget, TailCache
 
 ROOT = "/storage"
+CHECKPOINT_FILE = "checkpoint.json"
+LEGACY_CHECKPOINT = f"{ROOT}/checkpoint"  # where data directories before the file kept it
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,24 +148,47 @@ async def save_segment(meta: MetadataStore, seg: Segment) -> None:
     seg.version = stat.version
 
 
-async def load_checkpoint(meta: MetadataStore) -> Checkpoint | None:
-    node = await meta.get(f"{ROOT}/checkpoint")
-    if node is None:
-        return None
-    raw = json.loads(node.value)
+async def load_checkpoint(meta: MetadataStore, journal_dir: Path) -> Checkpoint | None:
+    """The node's last checkpoint: its file in ``journal_dir``, else (a data directory
+    written before the file existed) the one the metadata store holds; None if neither."""
+    path = journal_dir / CHECKPOINT_FILE
+    try:
+        raw = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        node = await meta.get(LEGACY_CHECKPOINT)
+        if node is None:
+            return None
+        raw = json.loads(node.value)
     synced = {int(k): int(v) for k, v in raw["synced"].items()}
     return Checkpoint(raw["journal"], raw["position"], synced)
 
 
-async def save_checkpoint(
-    meta: MetadataStore, journal: int, position: int, synced: dict[int, int]
-) -> None:
+def save_checkpoint(journal_dir: Path, journal: int, position: int, synced: dict[int, int]) -> None:
+    """Replace the checkpoint file atomically (written aside, fsynced, renamed, directory
+    fsynced): a crash leaves the old checkpoint or the new one, never a torn one. Blocking:
+    call it on the engine's writer thread."""
     body = {
         "journal": journal,
         "position": position,
         "synced": {str(k): v for k, v in synced.items()},
     }
-    await meta.put(f"{ROOT}/checkpoint", json.dumps(body, sort_keys=True).encode())
+    path = journal_dir / CHECKPOINT_FILE
+    aside = path.with_suffix(".json.tmp")
+    fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, json.dumps(body, sort_keys=True).encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(aside, path)
+    fsync_dir(journal_dir)
+
+
+async def forget_legacy_checkpoint(meta: MetadataStore) -> None:
+    """Remove the checkpoint an older version kept in the metadata store (once the file
+    holds a newer one), so nothing node-local stays in shared metadata."""
+    if await meta.get(LEGACY_CHECKPOINT) is not None:
+        await meta.delete(LEGACY_CHECKPOINT)
 
 
 async def delete_segment(meta: MetadataStore, seg: Segment) -> None:

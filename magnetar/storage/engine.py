@@ -621,7 +621,10 @@ class StorageEngine:
         synced = await loop.run_in_executor(self._writer, sync_all)
         self._dirty -= dirty
         assert self._journal is not None
-        await catalog.save_checkpoint(self.meta, self._journal.number, self._journal.size, synced)
+        number, position = self._journal.number, self._journal.size
+        await loop.run_in_executor(
+            self._writer, catalog.save_checkpoint, self.journal_dir, number, position, synced
+        )
         removed = await loop.run_in_executor(
             self._writer, remove_before, self.journal_dir, self._journal.number
         )

@@ -13,6 +13,13 @@ class StorageError(MagnetarError):
     kafka_error = "KAFKA_STORAGE_ERROR"
 
 
+class FencedError(StorageError):
+    """Another writer fenced the segment (it recovered the partition after this one was
+    thought gone): nothing more may be acknowledged through this writer."""
+
+    code = "storage.fenced"
+
+
 class CorruptionError(StorageError):
     """Stored bytes fail their checksum or structure inside the acknowledged range.
 

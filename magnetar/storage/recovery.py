@@ -57,7 +57,7 @@ async def recover(
     budget: CacheBudget,
     files: OpenFiles,
 ) -> Recovered:
-    checkpoint = await catalog.load_checkpoint(meta)
+    checkpoint = await catalog.load_checkpoint(meta, settings.journal_path)
     existing = list_journal_files(settings.journal_path)
     if checkpoint is None:
         checkpoint = catalog.Checkpoint(existing[0] if existing else 1, 0, {})
@@ -84,7 +84,8 @@ async def recover(
         synced[seg.info.segment_id] = seg.info.size
     number = max([checkpoint.journal, *existing]) + 1
     journal = Journal(settings.journal_path, number)
-    await catalog.save_checkpoint(meta, number, 0, synced)
+    catalog.save_checkpoint(settings.journal_path, number, 0, synced)
+    await catalog.forget_legacy_checkpoint(meta)
     remove_before(settings.journal_path, number)
     for tail in journal_cut:
         # The journal is the last word: a cut here is a write never acknowledged — unless

@@ -114,7 +114,7 @@ async def _lose_unsynced_segment_bytes(data_dir: Path, rng: random.Random) -> in
     settings = crash_settings(data_dir)
     meta = open_metadata_store(settings.metadata)
     try:
-        checkpoint = await catalog.load_checkpoint(meta)
+        checkpoint = await catalog.load_checkpoint(meta, settings.journal_path)
         partitions = await catalog.load_partitions(meta, settings, CacheBudget(0), OpenFiles(64))
     finally:
         await meta.aclose()

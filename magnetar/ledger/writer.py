@@ -1,0 +1,463 @@
+"""The writer of one partition: offsets, entry ids, rollover, the segment list, recovery.
+
+A partition's segment list lives in one metadata node, ``/managed-ledgers/<partition>``,
+written only by compare-and-set: a writer that lost the partition to a recoverer fails its
+next metadata write (and storage refuses its appends once the recoverer fenced the open
+segment, before that). Entries go to a :class:`SegmentStorage`, which only stores, serves
+and fences. When the writer opens a partition whose last segment is still OPEN (its
+previous writer crashed), it fences that segment, reads where it ends and records it CLOSED
+before it appends anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import quote
+
+from magnetar.core.clock import Clock
+from magnetar.core.entries import Entry
+from magnetar.ledger.segment_storage import (
+    Placement,
+    RolloverPolicy,
+    SegmentRecord,
+    SegmentSpec,
+    SegmentStorage,
+)
+from magnetar.meta import MetadataStore
+from magnetar.meta.counters import reserve_block
+from magnetar.meta.errors import BadVersionError, NodeExistsError
+from magnetar.storage import SegmentInfo, SegmentState
+from magnetar.storage.errors import FencedError, StorageError
+from magnetar.storage.index import NO_TIME
+from magnetar.storage.records import check_header_fields
+
+log = logging.getLogger(__name__)
+
+SEGMENT_LISTS = "/managed-ledgers"
+SEGMENT_IDS = "/ledgers/next-id"
+
+
+def segment_list_path(name: str) -> str:
+    """The metadata node holding partition ``name``'s segment list."""
+    return f"{SEGMENT_LISTS}/{quote(name, safe='')}"
+
+
+class SegmentIds:
+    """Segment ids no writer ever had, from blocks reserved in the metadata store."""
+
+    def __init__(self, meta: MetadataStore, path: str = SEGMENT_IDS, block: int = 100) -> None:
+        self.meta, self.path, self.block = meta, path, block
+        self._free: list[int] = []
+        self._lock = asyncio.Lock()
+
+    async def next_above(self, above: int) -> int:
+        """An id larger than ``above`` (the partition's last).
+
+        A topic's segment ids must grow with its offsets: they are the ledger part of Pulsar
+        message ids, which clients compare. Each process reserves blocks of ids, so a topic
+        that moves from a process with a newer block to one with an older block would go
+        backwards: then the older block is dropped and a new one, above every id handed out
+        so far, is reserved.
+        """
+        async with self._lock:
+            if not self._free or self._free[-1] <= above:
+                first = await reserve_block(self.meta, self.path, self.block) + 1  # ids from 1
+                self._free = list(range(first + self.block - 1, first - 1, -1))
+            return self._free.pop()
+
+
+class _Open:
+    """The OPEN segment as its writer sees it: entry ids handed out and acknowledged."""
+
+    def __init__(self, record: SegmentRecord) -> None:
+        self.record = record
+        self.next_eid = 0
+        self.assigned_bytes = 0  # stored size of the entries handed to storage
+        self.lac = -1  # the last entry acknowledged, every one before it too
+        self.acked: dict[int, Entry] = {}  # acknowledged above lac, out of order
+        self.in_flight: set[asyncio.Future[None]] = set()
+        self.failed: StorageError | None = None
+
+    @property
+    def segment_id(self) -> int:
+        return self.record.info.segment_id
+
+
+class SegmentWriter:
+    """The only writer of one partition. Create with :meth:`open`."""
+
+    def __init__(
+        self,
+        name: str,
+        storage: SegmentStorage,
+        meta: MetadataStore,
+        ids: SegmentIds,
+        policy: RolloverPolicy,
+        clock: Clock,
+        on_confirmed: Callable[[Entry], None] | None = None,
+    ) -> None:
+        self.name = name
+        self.storage = storage
+        self.meta = meta
+        self.ids = ids
+        self.policy = policy
+        self.clock = clock
+        self.path = segment_list_path(name)
+        self.records: list[SegmentRecord] = []
+        self.version = -1
+        self.start = 0  # first retained offset
+        self.end = 0  # the next offset to hand out (appends in flight included)
+        self.lock = asyncio.Lock()  # one append (assign + send), roll or list change at a time
+        self.fenced: FencedError | None = None
+        self.recovered = 0  # segments of a previous writer recovered at open
+        self._open: _Open | None = None
+        self._saving = asyncio.Lock()  # metadata writes one at a time (their versions chain)
+        self._on_confirmed = on_confirmed
+
+    @classmethod
+    async def open(
+        cls,
+        name: str,
+        storage: SegmentStorage,
+        meta: MetadataStore,
+        ids: SegmentIds,
+        policy: RolloverPolicy,
+        clock: Clock,
+        on_confirmed: Callable[[Entry], None] | None = None,
+    ) -> SegmentWriter:
+        """Load the partition's segment list (recovering an OPEN last segment) or create
+        an empty one. Durable when this returns."""
+        writer = cls(name, storage, meta, ids, policy, clock, on_confirmed)
+        if await writer._load():
+            last = writer.records[-1] if writer.records else None
+            if last is not None and last.info.state is SegmentState.OPEN:
+                await writer._recover(last)
+        else:
+            await writer._save([])
+        return writer
+
+    # -- the segment list ---------------------------------------------------------------
+
+    async def _load(self) -> bool:
+        node = await self.meta.get(self.path)
+        if node is None:
+            return False
+        d = json.loads(node.value)
+        self.version = node.stat.version
+        self.start = d["start"]
+        for raw in d["ledgers"]:
+            placement = {k: v for k, v in raw.items() if k != "info"}
+            info = dict(raw["info"])
+            info["state"] = SegmentState(info["state"])
+            record = SegmentRecord(SegmentInfo(**info))
+            self.storage.attach(self._spec(record), placement)
+            self.records.append(record)
+        last = self.records[-1].info if self.records else None
+        self.end = last.end_offset if last else self.start
+        return True
+
+    def _spec(self, record: SegmentRecord) -> SegmentSpec:
+        async def persist(placement: Placement) -> None:
+            await self._save(self.records, placements={record.info.segment_id: placement})
+
+        return SegmentSpec(self.name, record, persist)
+
+    async def _save(
+        self,
+        records: list[SegmentRecord],
+        *,
+        infos: dict[int, SegmentInfo] | None = None,
+        placements: dict[int, Placement] | None = None,
+        start: int | None = None,
+    ) -> None:
+        """Write the segment list by compare-and-set (``infos``/``placements`` in place of
+        the recorded ones); a lost race means another writer took the partition, and this
+        one fails everything from then on."""
+        async with self._saving:
+            if self.fenced is not None:
+                raise self.fenced
+            rows = []
+            for r in records:
+                sid = r.info.segment_id
+                info = (infos or {}).get(sid, r.info)
+                placement = (placements or {}).get(sid) or self.storage.placement(sid)
+                rows.append({"info": dataclasses.asdict(info), **placement})
+            body = {"start": self.start if start is None else start, "ledgers": rows}
+            try:
+                stat = await self.meta.put(
+                    self.path, json.dumps(body).encode(), expected_version=self.version
+                )
+            except (BadVersionError, NodeExistsError):
+                self.fenced = FencedError(
+                    f"the segment list of {self.name} was changed by another writer: this "
+                    "broker no longer owns the topic"
+                )
+                if self._open is not None:
+                    self._fail(self._open, self.fenced)
+                raise self.fenced from None
+            self.version = stat.version
+
+    # -- appends ------------------------------------------------------------------------
+
+    async def append(
+        self,
+        payload: bytes,
+        *,
+        count: int = 1,
+        publish_time: int | None = None,
+        event_time: int = -1,
+        fmt: int = 0,
+    ) -> Entry:
+        """Append one entry; returns once storage has it durable (and every earlier entry).
+        If it raises, nothing of it was acknowledged."""
+        ts = self.clock.now_ms() if publish_time is None else publish_time
+        check_header_fields(count, ts, event_time, fmt, len(payload))
+        async with self.lock:
+            seg = await self._writable()
+            eid = seg.next_eid
+            entry = Entry(self.end, count, ts, event_time, fmt, payload, seg.segment_id)
+            seg.next_eid += 1
+            seg.assigned_bytes += entry.stored_size
+            self.end += count
+            # started now, under the lock: storage takes the segment's entries in id order
+            sent = asyncio.ensure_future(self.storage.append(seg.segment_id, eid, entry))
+            seg.in_flight.add(sent)
+            sent.add_done_callback(lambda done: self._settled(seg, eid, entry, done))
+        # A caller that goes away (a closed connection) must not cut an append in flight
+        # short: the segment's later entries depend on it.
+        await asyncio.shield(sent)
+        if eid > seg.lac and seg.failed is not None:
+            raise seg.failed  # never acknowledged: an earlier entry of the segment failed
+        return entry
+
+    async def _writable(self) -> _Open:
+        """The open segment to append to: a new one after a failure or when it is due."""
+        if self.fenced is not None:
+            raise self.fenced
+        seg = self._open
+        if seg is not None and seg.failed is not None:
+            if isinstance(seg.failed, FencedError):
+                raise seg.failed
+            await self._close_open()  # nothing above its lac was acknowledged: end it there
+            seg = None
+        elif seg is not None and self._due(seg):
+            await self._close_open()
+            seg = None
+        if seg is None:
+            seg = await self._new_segment()
+        return seg
+
+    def _due(self, seg: _Open) -> bool:
+        created, now = seg.record.info.created_ms, self.clock.now_ms()
+        due = self.policy.due(seg.assigned_bytes, seg.next_eid, created, now)
+        return due and self.storage.can_roll(seg.segment_id)
+
+    def _settled(self, seg: _Open, eid: int, entry: Entry, done: asyncio.Future[None]) -> None:
+        """Account for an append that ended; acknowledgements apply in entry-id order."""
+        seg.in_flight.discard(done)
+        if done.cancelled():
+            self._fail(seg, StorageError(f"an append to {self.name} was cancelled"))
+            return
+        error = done.exception()
+        if error is not None:
+            self._fail(seg, error if isinstance(error, StorageError) else StorageError(str(error)))
+            return
+        seg.acked[eid] = entry
+        while seg.lac + 1 in seg.acked:
+            seg.lac += 1
+            self._confirmed(seg.record.info, seg.acked.pop(seg.lac))
+
+    def _confirmed(self, info: SegmentInfo, entry: Entry) -> None:
+        info.end_offset = entry.next_offset
+        info.entries += 1
+        info.size += entry.stored_size
+        if info.first_publish_time == NO_TIME:
+            info.first_publish_time = entry.publish_time
+        info.max_publish_time = max(info.max_publish_time, entry.publish_time)
+        if self._on_confirmed is not None:
+            self._on_confirmed(entry)
+
+    def _fail(self, seg: _Open, error: StorageError) -> None:
+        """The segment takes no more appends: later ones fail too, offsets rewind to the
+        last acknowledged entry (the next segment starts there)."""
+        if seg.failed is None:
+            seg.failed = error
+            log.warning("%s: segment %d failed: %s", self.name, seg.segment_id, error)
+        if self._open is seg:
+            self.end = seg.record.info.end_offset
+
+    async def _new_segment(self) -> _Open:
+        """Append a fresh OPEN segment to the list (durable in metadata)."""
+        last = self.records[-1].info.segment_id if self.records else 0
+        sid = await self.ids.next_above(last)
+        info = SegmentInfo(
+            sid, 0, SegmentState.OPEN, self.end, self.end, created_ms=self.clock.now_ms()
+        )
+        record = SegmentRecord(info)
+        spec = self._spec(record)
+        await self.storage.open_segment(spec)
+        try:
+            await self._save([*self.records, record])
+        except BaseException:
+            self.storage.detach(sid)
+            raise
+        self.records.append(record)
+        self._open = _Open(record)
+        return self._open
+
+    async def _close_open(self) -> None:
+        """Close the OPEN segment at its last acknowledged entry (after appends in flight
+        end). If the list cannot be written, the segment stays open: retried later."""
+        seg = self._open
+        if seg is None:
+            return
+        if seg.in_flight:
+            await asyncio.wait(list(seg.in_flight))
+        await self.storage.seal(seg.segment_id, seg.lac)
+        info = seg.record.info
+        closed = dataclasses.replace(
+            info,
+            state=SegmentState.CLOSED,
+            end_offset=info.end_offset,
+            closed_ms=self.clock.now_ms(),
+        )
+        await self._save(self.records, infos={seg.segment_id: closed})
+        self._open = None
+        seg.record.info = closed
+        self.end = closed.end_offset
+
+    async def close_open(self) -> None:
+        """Close the open segment at its end (a clean stop: the next writer needs no
+        recovery); nothing when it failed or another writer took the partition."""
+        async with self.lock:
+            if self._open is not None and self._open.failed is None and self.fenced is None:
+                await self._close_open()
+
+    async def roll(self) -> bool:
+        """Close the open segment now if it holds anything; False if it did not."""
+        async with self.lock:
+            if self._open is None or self._open.record.info.entries == 0:
+                return False
+            await self._close_open()
+            return True
+
+    # -- recovery -----------------------------------------------------------------------
+
+    async def _recover(self, record: SegmentRecord) -> None:
+        """Fence the previous writer's open segment, find where it ends, close it."""
+        sid = record.info.segment_id
+        last = await self.storage.fence(sid)
+        end = record.info.first_offset
+        if last >= 0:
+            [entry, *_] = await self.storage.read(sid, last, last)
+            end = entry.next_offset
+        await self.storage.seal(sid, last)
+        closed = dataclasses.replace(
+            record.info,
+            state=SegmentState.CLOSED,
+            end_offset=end,
+            entries=last + 1,
+            closed_ms=self.clock.now_ms(),
+        )
+        await self._save(self.records, infos={sid: closed})
+        record.info = closed
+        self.end = end
+        self.recovered += 1
+        log.warning(
+            "%s: recovered segment %d of a previous writer: closed at entry %d (offset %d)",
+            self.name,
+            sid,
+            last,
+            end,
+        )
+
+    # -- the list -----------------------------------------------------------------------
+
+    def segments(self) -> list[SegmentInfo]:
+        return [dataclasses.replace(r.info) for r in self.records]
+
+    def record_of(self, segment_id: int) -> SegmentRecord:
+        for r in self.records:
+            if r.info.segment_id == segment_id:
+                return r
+        raise StorageError(f"no segment {segment_id} in {self.name}")
+
+    async def update_segment(self, segment_id: int, **changes: Any) -> SegmentInfo:
+        """Change a closed segment's record (state, offload details); durable on return."""
+        async with self.lock:
+            record = self.record_of(segment_id)
+            if record.info.state is SegmentState.OPEN:
+                raise StorageError(f"segment {segment_id} of {self.name} is still open")
+            changed = dataclasses.replace(record.info, **changes)
+            await self._save(self.records, infos={segment_id: changed})
+            record.info = changed
+            return dataclasses.replace(changed)
+
+    async def trim(self, before: int) -> list[SegmentRecord]:
+        """Drop from the list the closed segments before ``before`` (a prefix, stopping at
+        the open or an OFFLOADING one); durable when it returns. Their entries are the
+        caller's to delete (storage ``delete``)."""
+        async with self.lock:
+            doomed: list[SegmentRecord] = []
+            for record in self.records[:-1]:
+                info = record.info
+                if info.end_offset > before or info.state in (
+                    SegmentState.OPEN,
+                    SegmentState.OFFLOADING,
+                ):
+                    break
+                doomed.append(record)
+            if not doomed:
+                return []
+            kept = self.records[len(doomed) :]
+            start = kept[0].info.first_offset
+            await self._save(kept, start=start)
+            self.records, self.start = kept, start
+            return doomed
+
+    async def delete(self) -> None:
+        """Delete every segment's entries, then the segment list."""
+        async with self.lock:
+            if self._open is not None:
+                self._fail(self._open, StorageError(f"partition {self.name} was deleted"))
+            for record in self.records:
+                await self.storage.delete(record.info.segment_id)
+            self.fenced = FencedError(f"partition {self.name} was deleted")
+            self._forget()
+            await self.meta.delete(self.path)
+
+    async def unload(self) -> None:
+        """Close the open segment at its end and stop: the next owner opens the partition
+        without recovery."""
+        async with self.lock:
+            seg = self._open
+            if seg is not None and seg.failed is None and self.fenced is None:
+                await self._close_open()
+            self.fenced = FencedError(f"{self.name} was unloaded: another broker serves it")
+            self._forget()
+
+    def release(self) -> None:
+        """Stop writing (ownership lost): appends in flight fail, nothing is closed — the
+        next owner fences and recovers the open segment."""
+        self.fenced = FencedError(f"{self.name} moved to another broker")
+        if self._open is not None:
+            self._fail(self._open, self.fenced)
+        self._forget()
+
+    def _forget(self) -> None:
+        for record in self.records:
+            self.storage.detach(record.info.segment_id)
+
+    @property
+    def open_segment(self) -> SegmentRecord | None:
+        return self._open.record if self._open is not None else None
+
+    @property
+    def healthy(self) -> bool:
+        """Whether the open segment (if any) still takes appends."""
+        return self._open is None or self._open.failed is None
