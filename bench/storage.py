@@ -53,6 +53,7 @@ from bench.common import (
     write_json,
 )
 from magnetar.core.config import build_settings
+from magnetar.core.metrics import Histogram
 from magnetar.meta import open_metadata_store
 from magnetar.storage import StorageEngine, StorageSettings
 from magnetar.storage.fileio import write_all
@@ -102,6 +103,14 @@ class WriteResult:
             "p50_ms": self.p50 * 1000,
             "p99_ms": self.p99 * 1000,
         }
+
+
+def _plain(value: Any) -> Any:
+    """An engine statistic as JSON holds it: a histogram as its Prometheus buckets."""
+    if isinstance(value, Histogram):
+        buckets, total = value.cumulative()
+        return {"buckets": dict(buckets), "sum": total, "count": value.count}
+    return value
 
 
 @dataclass(slots=True)
@@ -329,7 +338,7 @@ async def bench_size(workdir: Path, size: int, args: argparse.Namespace) -> Size
     async with opened_engine(data_dir) as engine:
         await engine.create_partition(PARTITION)
         written, tail = await write_and_follow(engine, size, plan, args)
-        stats = dataclasses.asdict(engine.stats)
+        stats = {k: _plain(v) for k, v in dataclasses.asdict(engine.stats).items()}
     async with opened_engine(data_dir) as engine:  # fresh engine: its tail cache is empty
         evict_page_cache(engine.ledger_dir)
         disk = await read_all(engine, args)
