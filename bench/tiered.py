@@ -323,7 +323,7 @@ def report(result: dict[str, Any], markdown: bool) -> None:
                 fmt_rate(p.rows / p.seconds),
                 p.peer,
                 fmt_rate(p.rows / p.peer_seconds),
-                f"{p.ratio:.2f}x (goal {p.goal}x)",
+                f"{p.ratio:.2f}x " + (f"(goal {p.goal}x)" if p.goal else "(no goal: context)"),
             ]
             for p in result["iceberg"]
         ]
