@@ -27,7 +27,7 @@ from magnetar.broker.transactions import TransactionIndex
 from magnetar.core.entries import Entry
 from magnetar.core.ids import MessageId
 from magnetar.core.names import TopicName
-from magnetar.ledger import ManagedLedger, SegmentView
+from magnetar.ledger import ManagedLedger, SegmentState, SegmentView
 from magnetar.meta import MetadataStore
 
 
@@ -129,6 +129,30 @@ class Topic:
     def segments(self) -> list[SegmentView]:
         """The partition's segments, oldest first."""
         return self.ledger.segments()
+
+    @property
+    def local_start_offset(self) -> int:
+        """The first offset still held by the log's own storage (local disk or storage
+        nodes), past the segments whose only copy is now in the object store: Kafka's local
+        log start offset. :attr:`start_offset` when no local copy was dropped."""
+        start = self.start_offset
+        for s in self.ledger.segments():
+            if s.state is SegmentState.DELETED or s.end_offset <= start or s.is_empty:
+                continue
+            if s.local:
+                return max(start, s.first_offset)
+        return self.end_offset  # every retained record lives only in the object store
+
+    @property
+    def last_offloaded_offset(self) -> int:
+        """The last offset with a verified copy in the object store (Kafka's highest offset
+        in remote storage), or -1 when nothing is offloaded."""
+        offloaded = [
+            s.last_offset
+            for s in self.ledger.segments()
+            if s.state is SegmentState.OFFLOADED and not s.is_empty
+        ]
+        return max(offloaded, default=-1)
 
     async def replica_reads(self, segment_id: int) -> list[dict[str, Any]] | None:
         """Storage nodes serving the closed segment over Arrow Flight, or None."""

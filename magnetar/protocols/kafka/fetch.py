@@ -11,8 +11,13 @@ read_committed fetch stops there and lists the aborted transactions of the range
 whose batches the client drops (control batches go out as stored; clients skip them).
 
 ListOffsets: −2 is the first retained offset, −1 the end offset, −3 the record with the
-largest timestamp (``timestamps``); a timestamp finds the first record whose timestamp is at
-or after it (through the time index, then the batch).
+largest timestamp (``timestamps``, v7+), −4 the first offset still held by the log's own
+storage rather than only by the object store (Kafka's local log start, KIP-405, v8+), −5 the
+last offloaded offset or −1 when nothing is (KIP-1005, v9+); v10 only adds a timeout for
+remote reads, which Magnetar does not need. A timestamp finds the first record whose
+timestamp is at or after it (through the time index, then the batch). As Kafka does, a
+special timestamp below its version, or a negative one that is no special value at all, is
+UNSUPPORTED_VERSION for its partition.
 """
 
 from __future__ import annotations
@@ -33,7 +38,9 @@ from magnetar.protocols.kafka.timestamps import MAX_TIMESTAMP, max_timestamp_off
 from magnetar.protocols.kafka.wire import Request
 
 log = logging.getLogger(__name__)
-LATEST, EARLIEST = -1, -2
+LATEST, EARLIEST, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -4, -5
+# special timestamp → the lowest ListOffsets version that knows it
+_SINCE_VERSION = {LATEST: 0, EARLIEST: 0, MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, LATEST_TIERED: 9}
 MAX_ENTRIES = 10_000
 COMPACTED_RECORDS = 500  # entries of the compacted view one fetch of a partition reads
 
@@ -209,10 +216,15 @@ async def list_offsets(svc: Service, session: Session, req: Request) -> dict[str
         parts = []
         for p in t.partitions:
             error, ts, offset = ErrorCode.NONE, -1, -1
+            if p.timestamp < 0 and req.api_version < _SINCE_VERSION.get(p.timestamp, 1 << 15):
+                parts.append(_unsupported(p.partition_index))
+                continue
             try:
                 topic = await svc.topics.partition(t.name, p.partition_index)
                 ts, offset = await _offset_for(topic, p.timestamp)
-                if p.timestamp == EARLIEST:
+                if p.timestamp == EARLIEST or (
+                    p.timestamp == EARLIEST_LOCAL and offset <= topic.start_offset
+                ):
                     offset = compacted.log_start(topic)
                 if p.timestamp == LATEST and committed_only and topic.txns is not None:
                     offset = topic.txns.last_stable(offset)  # the last stable offset
@@ -230,8 +242,17 @@ async def list_offsets(svc: Service, session: Session, req: Request) -> dict[str
     return {"throttle_time_ms": 0, "topics": topics}
 
 
+def _unsupported(partition_index: int) -> dict[str, Any]:
+    error = ErrorCode.UNSUPPORTED_VERSION
+    return {"partition_index": partition_index, "error_code": error, "timestamp": -1, "offset": -1}
+
+
 async def _offset_for(topic: Topic, timestamp: int) -> tuple[int, int]:
     """(timestamp, offset) answering a ListOffsets query; (-1, -1) when nothing matches."""
+    if timestamp == EARLIEST_LOCAL:
+        return -1, topic.local_start_offset
+    if timestamp == LATEST_TIERED:
+        return -1, topic.last_offloaded_offset
     if timestamp == LATEST:
         return -1, topic.end_offset
     if timestamp == EARLIEST:

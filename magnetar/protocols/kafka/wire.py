@@ -80,7 +80,7 @@ with warnings.catch_warnings():  # the same read_text deprecation, for our own s
 _APIS: dict[int, tuple[Any, Any, int, int]] = {
     PRODUCE: (producer.ProduceRequest, producer.ProduceResponse, 3, 9),
     FETCH: (consumer.FetchRequest, consumer.FetchResponse, 4, 12),
-    LIST_OFFSETS: (consumer.ListOffsetsRequest, consumer.ListOffsetsResponse, 1, 7),
+    LIST_OFFSETS: (consumer.ListOffsetsRequest, consumer.ListOffsetsResponse, 1, 10),
     METADATA: (metadata.MetadataRequest, metadata.MetadataResponse, 0, 12),
     OFFSET_COMMIT: (consumer.OffsetCommitRequest, consumer.OffsetCommitResponse, 2, 8),
     OFFSET_FETCH: (consumer.OffsetFetchRequest, consumer.OffsetFetchResponse, 1, 8),
