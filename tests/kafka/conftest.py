@@ -24,6 +24,22 @@ TIMEOUT_S = 20.0  # a record that should arrive: fail only after this long
 TS = 1_700_000_000_000
 
 
+def offloading_server(
+    tmp_path_factory: pytest.TempPathFactory, name: str
+) -> Iterator[StandaloneProcess]:
+    """A module's own standalone that offloads quickly: segments of 4 entries, closed ones
+    offloaded within 0.2 s (a fixture body: ``yield from`` it)."""
+    proc = StandaloneProcess(
+        tmp_path_factory.mktemp(name),
+        ["--segment-max-entries", "4", "--offload-check-interval", "0.2"],
+    )
+    proc.start()
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
 @pytest.fixture
 def bootstrap(standalone: StandaloneProcess) -> str:
     return f"127.0.0.1:{standalone.kafka_port}"

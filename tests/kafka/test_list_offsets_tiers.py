@@ -16,7 +16,7 @@ import pytest
 from kafka import KafkaConsumer, TopicPartition
 
 from magnetar.testing.server import StandaloneProcess
-from tests.kafka.conftest import RawKafka, make_batch
+from tests.kafka.conftest import RawKafka, make_batch, offloading_server
 
 from kafka.protocol.consumer import ListOffsetsRequest  # isort: skip
 
@@ -27,15 +27,7 @@ NEW_VERSIONS = (8, 9, 10)
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneProcess]:
-    data = tmp_path_factory.mktemp("kafka-list-offsets-tiers")
-    proc = StandaloneProcess(
-        data, ["--segment-max-entries", "4", "--offload-check-interval", "0.2"]
-    )
-    proc.start()
-    try:
-        yield proc
-    finally:
-        proc.stop()
+    yield from offloading_server(tmp_path_factory, "kafka-list-offsets-tiers")
 
 
 @pytest.fixture

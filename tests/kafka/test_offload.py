@@ -16,21 +16,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from magnetar.testing.server import StandaloneProcess
+from tests.kafka.conftest import offloading_server
 
 N = 60
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneProcess]:
-    data = tmp_path_factory.mktemp("kafka-offload")
-    proc = StandaloneProcess(
-        data, ["--segment-max-entries", "4", "--offload-check-interval", "0.2"]
-    )
-    proc.start()
-    try:
-        yield proc
-    finally:
-        proc.stop()
+    yield from offloading_server(tmp_path_factory, "kafka-offload")
 
 
 def _http(server: StandaloneProcess, method: str, path: str, body: object = None) -> object:
