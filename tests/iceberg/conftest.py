@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from magnetar.testing.processes import PythonChild
 from magnetar.tier import LocalObjectStore, ObjectStore
 from tests.iceberg.rig import IcebergRig
 from tests.tier.conftest import s3_endpoint  # noqa: F401 - the moto S3 server fixture
@@ -35,3 +36,12 @@ async def open_iceberg_rig(tmp_path: Path) -> AsyncIterator[OpenIcebergRig]:
     yield _open
     for rig in reversed(opened):
         await rig.aclose()
+
+
+async def killed_at(module: str, tmp_path: Path, stage: str, *, timeout: float) -> None:
+    """Run ``module`` as a child process over ``tmp_path`` until it prints ``stage``, then
+    SIGKILL it there (its stderr kept in ``tmp_path/stderr``)."""
+    child = await PythonChild.start(module, str(tmp_path), stage, stderr_path=tmp_path / "stderr")
+    async with child:  # SIGKILLed on the way out
+        await child.wait_for_line(stage, timeout=timeout)
+    assert child.returncode is not None and child.returncode < 0

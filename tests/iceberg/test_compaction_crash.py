@@ -11,10 +11,9 @@ from pathlib import Path
 import pytest
 
 from magnetar.storage import SegmentState
-from magnetar.testing.processes import PythonChild
 from magnetar.tier import LocalObjectStore
 from tests.iceberg import compaction_child
-from tests.iceberg.conftest import OpenIcebergRig
+from tests.iceberg.conftest import OpenIcebergRig, killed_at
 from tests.iceberg.rig import IcebergRig, data_files, order, read_table
 from tests.tier.rig import messages, read_all
 
@@ -47,12 +46,7 @@ async def reads_every_order(rig: IcebergRig) -> None:
 async def test_sigkill_during_compaction_leaves_the_table_consistent(
     tmp_path: Path, open_iceberg_rig: OpenIcebergRig, stage: str
 ) -> None:
-    child = await PythonChild.start(
-        "tests.iceberg.compaction_child", str(tmp_path), stage, stderr_path=tmp_path / "stderr"
-    )
-    async with child:  # SIGKILLed on the way out
-        await child.wait_for_line(stage, timeout=90)
-    assert child.returncode is not None and child.returncode < 0
+    await killed_at("tests.iceberg.compaction_child", tmp_path, stage, timeout=90)
 
     store = LocalObjectStore(tmp_path / "tier")
     rig = await open_iceberg_rig(store)  # the ledger's open settles the compaction

@@ -9,10 +9,9 @@ import pytest
 
 from magnetar.ledger.errors import SegmentNotOffloadableError
 from magnetar.storage import SegmentState
-from magnetar.testing.processes import PythonChild
 from magnetar.tier import LocalObjectStore
 from tests.iceberg import commit_child
-from tests.iceberg.conftest import OpenIcebergRig
+from tests.iceberg.conftest import OpenIcebergRig, killed_at
 from tests.iceberg.rig import ORDER_V1, data_files, order, read_table, schema
 from tests.tier.rig import messages, read_all
 
@@ -22,12 +21,7 @@ from tests.tier.rig import messages, read_all
 async def test_sigkill_during_an_iceberg_commit_offloads_the_segment_once(
     tmp_path: Path, open_iceberg_rig: OpenIcebergRig, stage: str
 ) -> None:
-    child = await PythonChild.start(
-        "tests.iceberg.commit_child", str(tmp_path), stage, stderr_path=tmp_path / "stderr"
-    )
-    async with child:  # SIGKILLed on the way out
-        await child.wait_for_line(stage, timeout=60)
-    assert child.returncode is not None and child.returncode < 0
+    await killed_at("tests.iceberg.commit_child", tmp_path, stage, timeout=60)
 
     store = LocalObjectStore(tmp_path / "tier")
     rig = await open_iceberg_rig(store)  # the ledger's open reconciles with the table
