@@ -49,6 +49,10 @@ class Producer:
     published: int = 0
     closed: bool = False
     on_fenced: Callable[[], None] | None = None  # set by the protocol handler that owns it
+    # Deduplication, for this attachment only: the last sequence id the client was told
+    # when it attached (Pulsar's ProducerSuccess) and the highest it has sent since.
+    told_last_sequence: int = -1
+    highest_sent_sequence: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -325,7 +329,14 @@ class Topic:
             self.counters.published(count, len(payload), time.perf_counter() - started)
             return PublishResult(entry)
         first, highest = sequence
-        if not await dedup.admit(producer.name, first):
+        # A client resends only on a new attachment, and numbers its messages upwards within
+        # one. An id above what it was told at attach yet not above what it already sent in
+        # this attachment is therefore no resend: the client restarted its numbering (the
+        # C++ client adopts the told id on each reconnect until its first receipt), and the
+        # message is new whatever the stored state says.
+        reused = producer.told_last_sequence < first <= producer.highest_sent_sequence
+        producer.highest_sent_sequence = max(producer.highest_sent_sequence, highest)
+        if not reused and not await dedup.admit(producer.name, first):
             return PublishResult(None, duplicate=True)
         done = dedup.pushing(producer.name, first, highest)
         try:

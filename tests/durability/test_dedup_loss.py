@@ -13,10 +13,12 @@ data loss, so each test here drives the real clients and then reads everything b
 from __future__ import annotations
 
 import json
+import threading
+import time
 import urllib.request
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pulsar
@@ -205,3 +207,62 @@ def test_a_named_producer_keeps_pulsar_semantics(server: StandaloneProcess) -> N
     finally:
         client.close()
     assert _read_all(server, topic) == [f"m-{i}".encode() for i in range(11)]
+
+
+def test_sequence_ids_reused_after_a_reconnect_are_new_messages(tmp_path: Path) -> None:
+    """The C++ client (and so the Python one) adopts the broker's last sequence id on EVERY
+    reconnect until it has had one receipt (pulsar-client-cpp ProducerImpl; the Java client
+    fixed the same in apache/pulsar#2047). A producer whose first messages were in flight
+    when the broker was killed resends them under their ids and then numbers its next
+    messages from the broker's answer again, reusing those ids for different messages.
+    They must be stored, not answered −1:−1 as duplicates of the resends."""
+    topic = f"persistent://public/default/reuse-{uuid.uuid4().hex[:8]}"
+    server = StandaloneProcess(tmp_path / "data").start()
+    try:
+        _set_dedup(server, "public/default", True)
+        client = pulsar.Client(
+            server.pulsar_url,
+            operation_timeout_seconds=30,
+            logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
+        )
+        try:
+            producer = client.create_producer(topic, batching_enabled=False, send_timeout_millis=0)
+            receipts: list[tuple[bytes, pulsar.MessageId | None]] = []
+            done = threading.Semaphore(0)
+
+            def sent(payload: bytes) -> Callable[[pulsar.Result, pulsar.MessageId], None]:
+                def callback(result: pulsar.Result, msg_id: pulsar.MessageId) -> None:
+                    ok = result == pulsar.Result.Ok
+                    receipts.append((payload, msg_id if ok else None))
+                    done.release()
+
+                return callback
+
+            server.pause()  # the first messages reach the socket, never the ledger
+            first = [f"first-{i}".encode() for i in range(10)]
+            for payload in first:
+                producer.send_async(payload, sent(payload))
+            time.sleep(0.5)
+            server.kill()
+            server = StandaloneProcess(
+                server.data_dir,
+                pulsar_port=server.pulsar_port,
+                http_port=server.http_port,
+                kafka_port=server.kafka_port,
+                flight_port=server.flight_port,
+            ).start()
+            for _ in first:
+                assert done.acquire(timeout=TIMEOUT_S), "a resend got no receipt"
+            after = [f"after-{i}".encode() for i in range(10)]
+            for payload in after:
+                producer.send_async(payload, sent(payload))
+            for _ in after:
+                assert done.acquire(timeout=TIMEOUT_S), "a message got no receipt"
+        finally:
+            client.close()
+        assert all(msg_id is not None for _, msg_id in receipts), receipts
+        dropped = [p for p, msg_id in receipts if msg_id is not None and msg_id.entry_id() < 0]
+        assert dropped == [], f"answered -1:-1 and never stored: {dropped}"
+        assert _read_all(server, topic) == first + after
+    finally:
+        server.stop()
