@@ -35,6 +35,7 @@ from magnetar.core.connections import (
     PendingLimit,
     peer_ip,
 )
+from magnetar.core.errors import MagnetarError
 from magnetar.core.metrics import Histogram
 from magnetar.core.tls import peer_common_name
 from magnetar.protocols.kafka import (
@@ -55,7 +56,12 @@ from magnetar.protocols.kafka import (
     txn_apis,
     wire,
 )
-from magnetar.protocols.kafka.errors import KafkaProtocolError, UnsupportedVersionError
+from magnetar.protocols.kafka.errors import (
+    ErrorCode,
+    KafkaProtocolError,
+    UnsupportedVersionError,
+    error_code_of,
+)
 from magnetar.protocols.kafka.service import KafkaSettings, Service, Session
 
 log = logging.getLogger(__name__)
@@ -350,15 +356,36 @@ class Connection(asyncio.BufferedProtocol):
             )
             self.close()
             return None
-        except Exception:
+        except Exception as e:
+            return self._answer_failure(request, e)
+
+    def _answer_failure(self, request: wire.Request, error: Exception) -> bytes | None:
+        """A handler failed as a whole: answer every topic and partition it asked about with
+        the error's code, as Kafka does, so a transient refusal (a bundle changing hands) is
+        retried by the client on the same connection. Only an acks=0 produce, which has no
+        answer to carry the error, closes the connection (Kafka's way to tell it)."""
+        code = error_code_of(error) if isinstance(error, MagnetarError) else None
+        if code is None:
             log.exception(
-                "Kafka API %d v%d from %s failed; closing the connection",
+                "Kafka API %d v%d from %s failed; answered UNKNOWN_SERVER_ERROR",
                 request.api_key,
                 request.api_version,
                 self.session.peer,
             )
+            code = ErrorCode.UNKNOWN_SERVER_ERROR
+        else:
+            log.warning(
+                "Kafka API %d v%d from %s refused as a whole (%s): %s",
+                request.api_key,
+                request.api_version,
+                self.session.peer,
+                code.name,
+                error,
+            )
+        if request.api_key == wire.PRODUCE and request.body.acks == 0:
             self.close()
             return None
+        return wire.error_response(request, code, str(error) or type(error).__name__)
 
     def _observe(self, api_key: int, seconds: float) -> None:
         latency = self.service.request_latency.get(api_key)

@@ -259,6 +259,64 @@ def unsupported_response(frame: bytes) -> bytes | None:
     return bytes(message.encode(header=True, framed=True))
 
 
+# Where a response names differently what its request holds (arrays, then scalars).
+_REQUEST_ARRAYS = {
+    "responses": ("topics", "topic_data"),
+    "partition_responses": ("partition_data", "partitions"),
+    "partitions": ("partitions", "partition_data"),
+}
+_REQUEST_SCALARS = {
+    "partition_index": ("partition_index", "partition", "index"),
+    "index": ("index", "partition_index", "partition"),
+    "name": ("name", "topic"),
+    "topic": ("topic", "name"),
+    "topic_id": ("topic_id",),
+    "group_id": ("group_id",),
+}
+
+
+def error_response(request: Request, code: int, message: str) -> bytes:
+    """The answer Kafka gives a request that failed as a whole (its ``getErrorResponse``):
+    the response echoes what was asked (topics, partitions, groups) with ``code`` in every
+    error field, so the client handles the error by its code (retrying a retriable one)
+    instead of losing its connection."""
+    response_class = _APIS[request.api_key][1][request.api_version]
+    values = _echo(response_class, request.api_version, request.body, code, message)
+    message_ = build(response_class, values)
+    message_.with_header(correlation_id=request.correlation_id)
+    return bytes(message_.encode(header=True, framed=True))
+
+
+def _echo(container: Any, version: int, asked: Any, code: int, message: str) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for name, field in container._struct.fields.items():
+        if not field.for_version_q(version):
+            continue
+        if name == "error_code":
+            values[name] = code
+        elif name == "error_message":
+            values[name] = message
+        elif field.is_struct_array():
+            items = _asked(asked, _REQUEST_ARRAYS.get(name, (name,)))
+            values[name] = [
+                _echo(field.data_class, version, item, code, message)
+                for item in (items if isinstance(items, list) else [])
+            ]
+        elif not field.is_struct() and not field.is_array():
+            value = _asked(asked, _REQUEST_SCALARS.get(name, ()))
+            if value is not None and not isinstance(value, bool):
+                values[name] = value
+    return values
+
+
+def _asked(asked: Any, names: Iterable[str]) -> Any:
+    for name in names:
+        value = getattr(asked, name, None)
+        if value is not None:
+            return value
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class _Header:
     """What ResponseClassRegistry needs of a request header."""
