@@ -14,10 +14,10 @@ then judged again; if the write failed, the resend is stored.
 
 And one exception the ids alone cannot tell: a client that numbers anew after a reconnect
 (pulsar-client's C++ core adopts the told last id on every reconnect until its first receipt)
-reuses the ids of the messages it just resent for different messages. Within one attachment a
-client never resends, so an id it already sent there, above the one it was told, is a new
-message (``Topic._publish``). Should a second crash catch such a message unstored, its resend
-is judged by id again: that narrow case stays ambiguous, as in Pulsar.
+reuses the ids of the messages it just resent for different messages. That restart is
+recognised and its reused ids are stored as new messages (``Producer.renumbered``). Should a
+second crash catch such a message unstored, its resend is judged by id again: that narrow case
+stays ambiguous, as in Pulsar.
 """
 
 from __future__ import annotations

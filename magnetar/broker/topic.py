@@ -49,10 +49,27 @@ class Producer:
     published: int = 0
     closed: bool = False
     on_fenced: Callable[[], None] | None = None  # set by the protocol handler that owns it
-    # Deduplication, for this attachment only: the last sequence id the client was told
-    # when it attached (Pulsar's ProducerSuccess) and the highest it has sent since.
-    told_last_sequence: int = -1
-    highest_sent_sequence: int = -1
+    # Deduplication, for this attachment only (see renumbered()).
+    reconnected: bool = False  # the client's producer had attached before (Pulsar's epoch > 0)
+    told_last_sequence: int = -1  # the last sequence id it was told when it attached
+    highest_sent_sequence: int = -1  # the highest it has sent since
+    renumbered_up_to: int = -1  # ids up to here were numbered anew: see renumbered()
+
+    def renumbered(self, first: int, highest: int) -> bool:
+        """Whether the entry of ids ``first..highest`` reuses ids for new messages.
+
+        pulsar-client's C++ core adopts the told last id on every reconnect until it has had
+        one receipt: after resending what it holds, it numbers new messages from the told id
+        + 1 again, ids its resends already used. That restart is recognised in a reconnected
+        attachment as a message at exactly the told id + 1 after a higher one; ids from there
+        up to the highest sent before it are new messages. Any other repeated id keeps
+        Pulsar's meaning (a duplicate), explicit ids of an application included.
+        """
+        told = self.told_last_sequence
+        if self.reconnected and first == told + 1 and self.highest_sent_sequence > told:
+            self.renumbered_up_to = self.highest_sent_sequence
+        self.highest_sent_sequence = max(self.highest_sent_sequence, highest)
+        return told < first <= self.renumbered_up_to
 
 
 @dataclass(frozen=True, slots=True)
@@ -329,14 +346,7 @@ class Topic:
             self.counters.published(count, len(payload), time.perf_counter() - started)
             return PublishResult(entry)
         first, highest = sequence
-        # A client resends only on a new attachment, and numbers its messages upwards within
-        # one. An id above what it was told at attach yet not above what it already sent in
-        # this attachment is therefore no resend: the client restarted its numbering (the
-        # C++ client adopts the told id on each reconnect until its first receipt), and the
-        # message is new whatever the stored state says.
-        reused = producer.told_last_sequence < first <= producer.highest_sent_sequence
-        producer.highest_sent_sequence = max(producer.highest_sent_sequence, highest)
-        if not reused and not await dedup.admit(producer.name, first):
+        if not producer.renumbered(first, highest) and not await dedup.admit(producer.name, first):
             return PublishResult(None, duplicate=True)
         done = dedup.pushing(producer.name, first, highest)
         try:

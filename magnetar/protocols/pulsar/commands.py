@@ -205,7 +205,7 @@ class Commands:
         self.conn.producers[cmd.producer_id] = ProducerHandle(producer, topic, name.partition)
         producer.on_fenced = lambda: self.conn.close_producer_by_broker(cmd.producer_id)
         last = topic.dedup.persisted.get(producer.name, -1) if topic.dedup else -1
-        producer.told_last_sequence = last
+        producer.told_last_sequence, producer.reconnected = last, cmd.epoch > 0
         self.conn.write(
             responses.producer_success(
                 cmd.request_id, producer.name, last_sequence_id=last, schema_version=version
