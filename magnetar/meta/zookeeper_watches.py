@@ -148,6 +148,12 @@ class SessionWatch:
     def _expired(self) -> None:
         with self._lock:
             if self.state is SessionState.SUSPENDED:
+                # Never reconnect with this session: a server that was frozen or cut off
+                # may not have expired it yet and would revive it, ephemeral nodes and
+                # all, for an owner that has already stopped acting on them. Curator does
+                # the same ("injected" session expiration); the server expires the old
+                # session on its own, since nobody speaks for it any more.
+                self.store._zk._reset_session()
                 self._change(SessionState.LOST)
 
     def _change(self, state: SessionState) -> None:
