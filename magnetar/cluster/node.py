@@ -1,10 +1,12 @@
 """``magnetar storage-node``: a process that stores entries of many replicated ledgers.
 
 Each ledger is a partition of the node's own storage engine (journal with group commit and
-fsync before the answer, segment files, indexes, crash recovery), named ``L<ledger id>``;
-the engine's catalog is a SQLite file in the node's data directory, so nothing a node keeps
-is shared. A stored record carries its ledger entry id: a node may hold any subset of a
-ledger's entries (striping, ensemble changes, recovery write-backs), in any order.
+fsync before the answer, segment files, indexes, crash recovery), named ``L<ledger id>``,
+kept by a :class:`~magnetar.storage.ledger_store.LedgerStore` (the per-ledger index, fences,
+reads and checks; this module adds the wire around it); the engine's catalog is a SQLite
+file in the node's data directory, so nothing a node keeps is shared. A stored record
+carries its ledger entry id: a node may hold any subset of a ledger's entries (striping,
+ensemble changes, recovery write-backs), in any order.
 
 A node fences a ledger on request (BookKeeper's fencing read): the flag is on disk before
 the answer, adds in flight finish first, and every later add of that ledger is refused with
@@ -16,13 +18,11 @@ READ_ONLY to adds, still serves reads) when free space drops below its threshold
 from __future__ import annotations
 
 import asyncio
-import bisect
 import contextlib
 import json
 import logging
 import os
 import shutil
-from dataclasses import dataclass, field
 
 from magnetar.cluster.node_flight import NodeFlightServer
 from magnetar.cluster.quarantine import Quarantine, open_engine
@@ -35,7 +35,6 @@ from magnetar.cluster.wire import (
     READ,
     FrameError,
     Op,
-    Record,
     Status,
     frame,
     pack_damaged,
@@ -48,7 +47,9 @@ from magnetar.core.errors import ConfigError
 from magnetar.meta import MetadataStore, open_metadata_store
 from magnetar.meta.base import SessionState
 from magnetar.storage import StorageEngine
-from magnetar.storage.errors import CorruptionError, DiskFullError, StorageError
+from magnetar.storage.errors import DiskFullError, FencedError, StorageError
+from magnetar.storage.ledger_records import Record
+from magnetar.storage.ledger_store import LedgerStore, StoredLedger
 
 log = logging.getLogger(__name__)
 
@@ -57,46 +58,17 @@ READ_WRITE, READ_ONLY = "read-write", "read-only"
 REPORT_INTERVAL = 2.0  # seconds between free-space checks / registration updates
 
 
-@dataclass(slots=True)
-class _Ledger:
-    """What a node holds of one ledger: entry id → (local offset, base offset, count, time)."""
-
-    ids: list[int] = field(default_factory=list)  # ascending
-    rows: dict[int, tuple[int, int, int, int]] = field(default_factory=dict)
-    lac: int = -1
-    in_flight: dict[int, asyncio.Future[None]] = field(default_factory=dict)
-    damaged: str = ""  # what a read, check or start found wrong with this copy ("": nothing)
-
-    def add(self, eid: int, local: int, base: int, count: int, ts: int) -> None:
-        self.rows[eid] = (local, base, count, ts)
-        if not self.ids or eid > self.ids[-1]:
-            self.ids.append(eid)
-        else:
-            bisect.insort(self.ids, eid)
-
-    @property
-    def last(self) -> int:
-        return self.ids[-1] if self.ids else -1
-
-
-def _name(ledger_id: int) -> str:
-    return f"L{ledger_id}"
-
-
 class StorageNode:
     """One storage node: serve adds, reads and fences; register in the metadata store."""
 
-    def __init__(self, settings: Settings, engine: StorageEngine, meta: MetadataStore) -> None:
+    def __init__(self, settings: Settings, store: LedgerStore, meta: MetadataStore) -> None:
         self.settings = settings
-        self.engine = engine
+        self.store = store
+        self.engine: StorageEngine = store.engine
         self.meta = meta
         self.address = f"{settings.advertised_address or settings.bind_address}"
         self.port = settings.storage_port
         self.mode = READ_WRITE
-        self._ledgers: dict[int, _Ledger] = {}
-        self._fenced: set[int] = set()
-        self._fence_saving = asyncio.Lock()  # one writer of fenced.json at a time
-        self._fence_file = settings.data_dir / "fenced.json"
         self.quarantine = Quarantine(settings.data_dir)  # ledgers set aside at start
         self._server: asyncio.Server | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -124,12 +96,17 @@ class StorageNode:
         catalog = open_metadata_store(local.metadata)
         quarantine = Quarantine(settings.data_dir)
         engine = await open_engine(local, catalog, quarantine)
+        try:
+            store = await LedgerStore.open(engine, settings.data_dir / "fenced.json")
+        except BaseException:
+            await engine.aclose()
+            await catalog.aclose()
+            raise
         meta = open_metadata_store(settings.metadata_url)
-        node = cls(settings, engine, meta)
+        node = cls(settings, store, meta)
         node._catalog = catalog
         node.quarantine = quarantine
         try:
-            await node._load()
             tls = settings.tls_files  # the node port speaks TLS (mTLS with a trust file)
             node._server = await asyncio.start_server(
                 node._serve,
@@ -153,56 +130,12 @@ class StorageNode:
             raise
         return node
 
-    async def _load(self) -> None:
-        """Rebuild each ledger's index from the engine (records carry their entry ids)."""
-        with contextlib.suppress(FileNotFoundError):
-            self._fenced = set(json.loads(self._fence_file.read_text()))
-        for name in self.engine.partitions():
-            if not name.startswith("L"):
-                continue
-            ledger = self._ledgers.setdefault(int(name[1:]), _Ledger())
-            offset = self.engine.start_offset(name)
-            while offset < self.engine.end_offset(name):
-                try:
-                    got = await self.engine.read(name, offset, max_entries=10_000)
-                except CorruptionError as err:
-                    # the entries of this file from the damage on are not indexed here:
-                    # reads of them answer DAMAGED, and a repair replaces the whole copy
-                    ledger.damaged = str(err)
-                    log.warning("storage node: ledger %s: %s", name[1:], err)
-                    offset = self._segment_end(name, offset)
-                    continue
-                for e in got:
-                    r = Record.unpack(e.payload[:64])
-                    ledger.add(r.entry_id, e.base_offset, r.base_offset, r.count, r.publish_time)
-                    offset = e.next_offset
-
-    def _segment_end(self, name: str, offset: int) -> int:
-        """The end offset of the engine segment holding ``offset`` (where reading resumes)."""
-        for info in self.engine.segments(name):
-            if info.first_offset <= offset < info.end_offset:
-                return info.end_offset
-        return self.engine.end_offset(name)
-
-    def ledger(self, ledger_id: int) -> _Ledger | None:
-        return self._ledgers.get(ledger_id)
+    def ledger(self, ledger_id: int) -> StoredLedger | None:
+        return self.store.ledger(ledger_id)
 
     async def read_records(self, ledger_id: int, eids: list[int]) -> list[Record]:
         """The records of ``eids`` (held here), in that order."""
-        ledger = self._ledgers[ledger_id]
-        name, out = _name(ledger_id), []
-        local = [ledger.rows[eid][0] for eid in eids]
-        i = 0
-        while i < len(local):
-            run = 1  # entries stored one after another are read in one call
-            while i + run < len(local) and local[i + run] == local[i] + run:
-                run += 1
-            got = await self.engine.read(name, local[i], max_entries=run, max_bytes=64 << 20)
-            if not got:
-                raise StorageError(f"ledger {ledger_id}: entry {eids[i]} vanished")
-            out += [Record.unpack(e.payload) for e in got[:run]]
-            i += len(got[:run])
-        return out
+        return await self.store.read_records(ledger_id, eids)
 
     # -- registration -------------------------------------------------------------------
 
@@ -218,7 +151,7 @@ class StorageNode:
                 "flightStreams": self.flight.streams if self.flight is not None else 0,
                 "mode": self.mode,
                 "tls": self.settings.tls_enabled,  # brokers connect with TLS
-                "ledgers": len(self._ledgers),
+                "ledgers": len(self.store),
                 "pid": os.getpid(),
             }
         ).encode()
@@ -302,12 +235,12 @@ class StorageNode:
         if op == Op.FENCE:
             return await self._fence(ledger_id)
         if op == Op.LAC:
-            ledger = self._ledgers.get(ledger_id)
+            ledger = self.store.ledger(ledger_id)
             if ledger is None:
                 return Status.NO_LEDGER, LAC.pack(-1, -1)
             return Status.OK, LAC.pack(ledger.lac, ledger.last)
         if op == Op.INDEX:
-            ledger = self._ledgers.get(ledger_id)
+            ledger = self.store.ledger(ledger_id)
             if ledger is None:
                 return Status.NO_LEDGER, b""
             rows = (INDEX_ROW.pack(eid, *ledger.rows[eid][1:]) for eid in ledger.ids)
@@ -321,82 +254,37 @@ class StorageNode:
         return Status.ERROR, f"unknown op {op}".encode()
 
     async def _add(self, ledger_id: int, lac: int, flags: int, r: Record) -> tuple[Status, bytes]:
-        if ledger_id in self._fenced and not flags & FLAG_RECOVERY:
+        recovery = bool(flags & FLAG_RECOVERY)
+        if self.store.is_fenced(ledger_id) and not recovery:
             return Status.FENCED, f"ledger {ledger_id} is fenced".encode()
         if self.mode == READ_ONLY:
             return Status.READ_ONLY, f"storage node {self.node_id} is read-only".encode()
-        ledger = self._ledgers.setdefault(ledger_id, _Ledger())
-        ledger.lac = max(ledger.lac, lac)
-        if r.entry_id in ledger.rows:  # a resend: already durable here
-            return Status.OK, b""
-        pending = ledger.in_flight.get(r.entry_id)
-        if pending is not None:
-            await asyncio.shield(pending)
-            return Status.OK, b""
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        ledger.in_flight[r.entry_id] = done
         try:
-            name = _name(ledger_id)
-            if not self.engine.has_partition(name):
-                await self.engine.create_partition(name)
-            e = await self.engine.append(
-                name, r.pack(), publish_time=r.publish_time, event_time=r.event_time, fmt=r.format
-            )
-            ledger.add(r.entry_id, e.base_offset, r.base_offset, r.count, r.publish_time)
-            done.set_result(None)
-        except BaseException as e:
-            done.set_exception(e)
-            done.exception()  # retrieved: waiters re-raise their own copy
-            raise
-        finally:
-            del ledger.in_flight[r.entry_id]
+            await self.store.add(ledger_id, r, lac=lac, recovery=recovery)
+        except FencedError as e:  # fenced while this add waited for an earlier copy of it
+            return Status.FENCED, str(e).encode()
         return Status.OK, b""
 
     async def _read(
         self, ledger_id: int, first: int, last: int, max_bytes: int
     ) -> tuple[Status, bytes]:
         """Records ``first``, ``first + 1``, … while this node holds them, up to ``last``."""
-        ledger = self._ledgers.get(ledger_id)
+        ledger = self.store.ledger(ledger_id)
         aside = self.quarantine.ledgers.get(ledger_id)
         if aside is not None and (ledger is None or first not in ledger.rows):
             problem = f"storage node {self.node_id}: ledger {ledger_id} was set aside: {aside}"
             return Status.DAMAGED, pack_damaged(problem, [])
-        if ledger is not None and ledger.damaged and first not in ledger.rows:
-            return Status.DAMAGED, pack_damaged(self._damage(ledger_id, first, ledger), [])
-        if ledger is None or first not in ledger.rows:
+        got = await self.store.read(ledger_id, first, last, max_bytes)
+        if got is None:
             return Status.NO_ENTRY, b""
-        name, size, eid = _name(ledger_id), 0, first
-        records: list[Record] = []
-        while eid <= last and eid in ledger.rows and size < max_bytes:
-            local = ledger.rows[eid][0]
-            want = min(last - eid + 1, 1000)
-            try:
-                got = await self.engine.read(
-                    name, local, max_entries=want, max_bytes=max_bytes - size
-                )
-            except CorruptionError as err:
-                ledger.damaged = str(err)
-                return Status.DAMAGED, pack_damaged(self._damage(ledger_id, eid, ledger), records)
-            progressed = False
-            for e in got:
-                r = Record.unpack(e.payload)
-                if r.entry_id != eid or size >= max_bytes:
-                    break
-                records.append(r)
-                size += len(r.payload)
-                eid += 1
-                progressed = True
-                if eid > last:
-                    break
-            if not progressed:
-                break
-        if ledger.damaged and eid <= last and eid not in ledger.rows and size < max_bytes:
-            # stopped at an entry lost to the damage met at start: say so, so the reader
-            # counts it and has the copy repaired
-            return Status.DAMAGED, pack_damaged(self._damage(ledger_id, eid, ledger), records)
-        return Status.OK, pack_records(records)
+        if got.damaged_at is not None:
+            problem = self._damage(ledger_id, got.damaged_at)
+            return Status.DAMAGED, pack_damaged(problem, got.records)
+        return Status.OK, pack_records(got.records)
 
-    def _damage(self, ledger_id: int, eid: int, ledger: _Ledger) -> str:
+    def _damage(self, ledger_id: int, eid: int) -> str:
+        ledger = self.store.ledger(ledger_id)
+        assert ledger is not None
         return (
             f"storage node {self.node_id}: entry {eid} of ledger {ledger_id} is not readable here "
             f"({ledger.damaged})"
@@ -405,89 +293,24 @@ class StorageNode:
     async def _check(self, ledger_id: int) -> tuple[Status, bytes]:
         """Read every entry held of the ledger, verifying each checksum (a scrub). Answers
         ``{"entries": held, "damaged": [entry ids unreadable here], "problem": text}``."""
-        ledger = self._ledgers.get(ledger_id)
         aside = self.quarantine.ledgers.get(ledger_id)
-        if ledger is None and aside is not None:  # every entry it should hold is missing
+        if self.store.ledger(ledger_id) is None and aside is not None:
+            # every entry it should hold is missing
             return Status.OK, json.dumps({"entries": 0, "damaged": [], "problem": aside}).encode()
-        if ledger is None:
+        answer = await self.store.check(ledger_id)
+        if answer is None:
             return Status.NO_LEDGER, b""
-        name, damaged = _name(ledger_id), []
-        by_local = sorted((row[0], eid) for eid, row in ledger.rows.items())
-        i = 0
-        while i < len(by_local):
-            local, eid = by_local[i]
-            try:
-                got = await self.engine.read(name, local, max_entries=1000, max_bytes=16 << 20)
-            except CorruptionError as err:
-                ledger.damaged = ledger.damaged or str(err)
-                damaged.append(eid)
-                i += 1
-                continue
-            matched = 0
-            for e in got:
-                if i >= len(by_local) or e.base_offset != by_local[i][0]:
-                    break
-                if Record.unpack(e.payload[:64]).entry_id != by_local[i][1]:
-                    break
-                i, matched = i + 1, matched + 1
-            if not matched:  # not the entry the index names: unreadable as this entry
-                damaged.append(eid)
-                i += 1
-        if not damaged and ledger.damaged and not self._skipped_at_load(ledger_id):
-            ledger.damaged = ""  # what a read met was repaired since
-        answer = {
-            "entries": len(ledger.rows),
-            "damaged": sorted(damaged),
-            "problem": ledger.damaged,
-        }
         return Status.OK, json.dumps(answer).encode()
 
-    def _skipped_at_load(self, ledger_id: int) -> bool:
-        """Whether entries of the ledger's files could not be indexed (damage met at start)."""
-        indexed = len(self._ledgers[ledger_id].rows)
-        stored = self.engine.end_offset(_name(ledger_id)) - self.engine.start_offset(
-            _name(ledger_id)
-        )
-        return indexed < stored
-
     async def _fence(self, ledger_id: int) -> tuple[Status, bytes]:
-        if ledger_id not in self._fenced:
-            self._fenced.add(ledger_id)
-            ledger = self._ledgers.get(ledger_id)
-            if ledger is not None and ledger.in_flight:  # accepted before the fence
-                await asyncio.gather(*ledger.in_flight.values(), return_exceptions=True)
-            # fences of several ledgers at once (a new owner recovers every topic of a
-            # bundle together) each rewrite the whole file: one at a time, or two writers of
-            # the same temporary file fail each other
-            async with self._fence_saving:
-                await asyncio.to_thread(self._save_fences)
-        ledger = self._ledgers.get(ledger_id)
+        ledger = await self.store.fence(ledger_id)
         if ledger is None:
             return Status.OK, LAC.pack(-1, -1)
         return Status.OK, LAC.pack(ledger.lac, ledger.last)
 
-    def _save_fences(self) -> None:
-        tmp = self._fence_file.with_suffix(".tmp")
-        with open(tmp, "w") as f:
-            json.dump(sorted(self._fenced), f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self._fence_file)
-        fd = os.open(self._fence_file.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
     async def _delete(self, ledger_id: int) -> tuple[Status, bytes]:
-        self._ledgers.pop(ledger_id, None)
         await asyncio.to_thread(self.quarantine.discard, ledger_id)
-        name = _name(ledger_id)
-        if self.engine.has_partition(name):
-            await self.engine.delete_partition(name)
-        if ledger_id in self._fenced:
-            self._fenced.discard(ledger_id)
-            await asyncio.to_thread(self._save_fences)
+        await self.store.delete(ledger_id)
         return Status.OK, b""
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -495,7 +318,7 @@ class StorageNode:
     def describe(self) -> str:
         return (
             f"magnetar storage-node ready: {self.node_id}, data in "
-            f"{self.settings.data_dir.resolve()}, {len(self._ledgers)} ledger(s), flight "
+            f"{self.settings.data_dir.resolve()}, {len(self.store)} ledger(s), flight "
             f"grpc://{self.address}:{self.flight.port if self.flight else 0}, "
             f"metadata {self.settings.metadata_url}, {self._security()}"
         )

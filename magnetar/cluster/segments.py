@@ -38,7 +38,6 @@ from magnetar.cluster.wire import (
     LEDGER,
     READ,
     Op,
-    Record,
     Status,
     unpack_damaged,
     unpack_records,
@@ -47,6 +46,7 @@ from magnetar.core.entries import Entry
 from magnetar.ledger.segment_storage import Placement, SegmentRecord, SegmentSpec
 from magnetar.storage import SegmentInfo, SegmentState
 from magnetar.storage.errors import StorageError
+from magnetar.storage.ledger_records import Record
 
 if TYPE_CHECKING:
     from magnetar.cluster.replicated import ReplicatedStorage
@@ -354,16 +354,7 @@ class ReplicatedSegments:
         writer = self.writers.get(segment)
         if writer is None:
             raise LedgerFencedError(f"ledger {segment} is not open for writing here")
-        record = Record(
-            entry_id,
-            entry.base_offset,
-            entry.count,
-            entry.publish_time,
-            entry.event_time,
-            entry.format,
-            entry.payload,
-        )
-        await writer.add(record)
+        await writer.add(Record.of(entry_id, entry))
 
     async def seal(self, segment: int, last_entry: int) -> None:
         """Appends in flight end first; the ledger ends at ``last_entry``."""

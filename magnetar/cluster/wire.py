@@ -4,8 +4,9 @@ A request is ``[u32 length][u8 op][u32 request id][body]``; its answer carries t
 and id, then a status byte and the op's answer body. Requests on one connection may be
 answered out of order (a node answers an add when it is on disk, a read when it is read).
 
-A replicated entry travels and is stored as a *record*: its ledger entry id, its offsets and
-times, and the producer's payload (the same facts as :class:`~magnetar.core.entries.Entry`).
+A replicated entry travels and is stored as a *record*
+(:class:`~magnetar.storage.ledger_records.Record`): its ledger entry id, its offsets and
+times, and the producer's payload.
 """
 
 from __future__ import annotations
@@ -13,12 +14,10 @@ from __future__ import annotations
 import asyncio
 import enum
 import struct
-from dataclasses import dataclass
 
-from magnetar.core.entries import Entry
+from magnetar.storage.ledger_records import Record
 
 FRAME = struct.Struct(">IBI")  # length (of op + id + body), op, request id
-RECORD = struct.Struct(">QQIqqB")  # entry id, base offset, count, publish, event time, format
 INDEX_ROW = struct.Struct(">QQIq")  # entry id, base offset, count, publish time
 LEDGER = struct.Struct(">Q")
 ADD = struct.Struct(">QqB")  # ledger, lac, flags
@@ -50,46 +49,6 @@ class Status(enum.IntEnum):
     # a stored copy fails its checksum or structure: the answer is DAMAGED (see below),
     # the reader takes the records before the damage and the rest from another replica
     DAMAGED = 6
-
-
-@dataclass(frozen=True, slots=True)
-class Record:
-    """One entry of a replicated ledger: ``entry_id`` is its place in the ledger (0, 1, …)."""
-
-    entry_id: int
-    base_offset: int
-    count: int
-    publish_time: int
-    event_time: int
-    format: int
-    payload: bytes
-
-    def pack(self) -> bytes:
-        head = RECORD.pack(
-            self.entry_id,
-            self.base_offset,
-            self.count,
-            self.publish_time,
-            self.event_time,
-            self.format,
-        )
-        return head + self.payload
-
-    @classmethod
-    def unpack(cls, data: bytes | memoryview) -> Record:
-        eid, base, count, ts, event, fmt = RECORD.unpack_from(data)
-        return cls(eid, base, count, ts, event, fmt, bytes(data[RECORD.size :]))
-
-    def entry(self, ledger_id: int) -> Entry:
-        return Entry(
-            self.base_offset,
-            self.count,
-            self.publish_time,
-            self.event_time,
-            self.format,
-            self.payload,
-            segment_id=ledger_id,
-        )
 
 
 def frame(op: int, request_id: int, body: bytes) -> bytes:

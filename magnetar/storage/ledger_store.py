@@ -1,0 +1,343 @@
+"""Entries of many ledgers in one storage engine: what a bookie keeps on its own disk.
+
+Each ledger (a segment of a partition, as the segment-addressed writer sees it) is a
+partition ``L<ledger id>`` of the engine, and each of its entries is stored as a
+:class:`~magnetar.storage.ledger_records.Record` carrying its ledger entry id. The store
+may so hold any subset of a ledger's entries, in any order (a storage node of a replicated
+ledger gets a stripe, write-backs of a recovery, a repair's copy); its index (entry id →
+engine offset) is rebuilt from the records when the store opens.
+
+Fencing (BookKeeper's fencing read): once :meth:`LedgerStore.fence` returns, the flag is
+on disk (``fenced.json``, rewritten whole and renamed) and every add accepted before it
+has finished; later adds of that ledger fail with FencedError unless they come from a
+recoverer. A storage node serves this store over the network (``magnetar.cluster.node``);
+a single process writes through it locally (``magnetar.ledger.local_segments``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import contextlib
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from magnetar.storage.engine import StorageEngine
+from magnetar.storage.errors import CorruptionError, FencedError, StorageError
+from magnetar.storage.ledger_records import Record
+
+log = logging.getLogger(__name__)
+
+LOAD_CHUNK = 10_000  # entries read at a time while the index is rebuilt
+READ_CHUNK = 1000  # entries asked of the engine at a time by reads and checks
+
+
+@dataclass(slots=True)
+class StoredLedger:
+    """What the store holds of one ledger: entry id → (local offset, base offset, count,
+    publish time), the local offset being the entry's place in the engine partition."""
+
+    ids: list[int] = field(default_factory=list)  # ascending
+    rows: dict[int, tuple[int, int, int, int]] = field(default_factory=dict)
+    lac: int = -1  # the last add confirmed, as the writer told it (-1: never told)
+    in_flight: dict[int, asyncio.Future[None]] = field(default_factory=dict)
+    damaged: str = ""  # what a read, check or load found wrong with this copy ("": nothing)
+
+    def add(self, eid: int, local: int, base: int, count: int, ts: int) -> None:
+        self.rows[eid] = (local, base, count, ts)
+        if not self.ids or eid > self.ids[-1]:
+            self.ids.append(eid)
+        else:
+            bisect.insort(self.ids, eid)
+
+    @property
+    def last(self) -> int:
+        """The highest entry id held (-1: none)."""
+        return self.ids[-1] if self.ids else -1
+
+    @property
+    def last_of_prefix(self) -> int:
+        """The highest entry id ``n`` such that 0..n are all held (-1: not entry 0).
+
+        ``ids`` is ascending and unique, so ``ids[i] >= i`` and ``ids[i] == i`` holds
+        exactly on a prefix: a binary search finds its end.
+        """
+        lo, hi = 0, len(self.ids)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.ids[mid] == mid:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo - 1
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerRead:
+    """What a read found: ``records`` from the first entry asked for on, and where it
+    stopped at an entry this copy cannot give (``damaged_at``; None: it did not)."""
+
+    records: list[Record]
+    damaged_at: int | None = None
+
+
+def ledger_partition(ledger_id: int) -> str:
+    """The engine partition that holds the ledger's entries."""
+    return f"L{ledger_id}"
+
+
+class LedgerStore:
+    """Ledgers of one engine, indexed by entry id. Create with :meth:`open`; the engine
+    stays its opener's to close."""
+
+    def __init__(self, engine: StorageEngine, fence_file: Path) -> None:
+        self.engine = engine
+        self.fence_file = fence_file
+        self._ledgers: dict[int, StoredLedger] = {}
+        self._fenced: set[int] = set()
+        self._fence_saving = asyncio.Lock()  # one writer of the fence file at a time
+
+    @classmethod
+    async def open(cls, engine: StorageEngine, fence_file: Path) -> LedgerStore:
+        """Rebuild every ledger's index from the engine and read the fences. Entries of a
+        file found damaged are left out of the index, the ledger marked damaged."""
+        store = cls(engine, fence_file)
+        with contextlib.suppress(FileNotFoundError):
+            store._fenced = set(json.loads(fence_file.read_text()))
+        for name in engine.partitions():
+            if name.startswith("L") and name[1:].isdigit():
+                await store._load(int(name[1:]), name)
+        return store
+
+    async def _load(self, ledger_id: int, name: str) -> None:
+        ledger = self._ledgers.setdefault(ledger_id, StoredLedger())
+        offset = self.engine.start_offset(name)
+        while offset < self.engine.end_offset(name):
+            try:
+                got = await self.engine.read(name, offset, max_entries=LOAD_CHUNK)
+            except CorruptionError as err:
+                # the entries of this file from the damage on are not indexed: reads of them
+                # find the ledger damaged, and a repair replaces the whole copy
+                ledger.damaged = str(err)
+                log.warning("ledger store: ledger %d: %s", ledger_id, err)
+                offset = self._segment_end(name, offset)
+                continue
+            for e in got:
+                r = Record.unpack(e.payload[:64])
+                ledger.add(r.entry_id, e.base_offset, r.base_offset, r.count, r.publish_time)
+                offset = e.next_offset
+
+    def _segment_end(self, name: str, offset: int) -> int:
+        """The end offset of the engine segment holding ``offset`` (where loading resumes)."""
+        for info in self.engine.segments(name):
+            if info.first_offset <= offset < info.end_offset:
+                return info.end_offset
+        return self.engine.end_offset(name)
+
+    # -- what is held -------------------------------------------------------------------
+
+    def ledger(self, ledger_id: int) -> StoredLedger | None:
+        return self._ledgers.get(ledger_id)
+
+    def __len__(self) -> int:
+        return len(self._ledgers)
+
+    def is_fenced(self, ledger_id: int) -> bool:
+        return ledger_id in self._fenced
+
+    def skipped_at_load(self, ledger_id: int) -> bool:
+        """Whether entries of the ledger's files could not be indexed (damage met at load)."""
+        name = ledger_partition(ledger_id)
+        indexed = len(self._ledgers[ledger_id].rows)
+        return indexed < self.engine.end_offset(name) - self.engine.start_offset(name)
+
+    # -- writes -------------------------------------------------------------------------
+
+    async def create(self, ledger_id: int) -> None:
+        """Make the ledger's partition now (idempotent; durable when this returns), so the
+        adds that follow reach the engine in call order with no wait before it."""
+        self._ledgers.setdefault(ledger_id, StoredLedger())
+        await self.engine.create_partition(ledger_partition(ledger_id))
+
+    async def add(
+        self, ledger_id: int, record: Record, *, lac: int = -1, recovery: bool = False
+    ) -> None:
+        """Store ``record`` as its entry of the ledger; durable when this returns (under
+        the engine's fsync policy). A resend of an entry held is answered at once. Raises
+        FencedError on a fenced ledger unless ``recovery`` (a recoverer's write-back), and
+        what the engine raises (nothing of the entry is then stored)."""
+        if ledger_id in self._fenced and not recovery:
+            raise FencedError(f"ledger {ledger_id} is fenced")
+        ledger = self._ledgers.setdefault(ledger_id, StoredLedger())
+        ledger.lac = max(ledger.lac, lac)
+        if record.entry_id in ledger.rows:  # a resend: already durable here
+            return
+        pending = ledger.in_flight.get(record.entry_id)
+        if pending is not None:
+            await asyncio.shield(pending)
+            return
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        ledger.in_flight[record.entry_id] = done
+        try:
+            name = ledger_partition(ledger_id)
+            if not self.engine.has_partition(name):
+                await self.engine.create_partition(name)
+            e = await self.engine.append(
+                name,
+                record.pack(),
+                publish_time=record.publish_time,
+                event_time=record.event_time,
+                fmt=record.format,
+            )
+            ledger.add(
+                record.entry_id,
+                e.base_offset,
+                record.base_offset,
+                record.count,
+                record.publish_time,
+            )
+            done.set_result(None)
+        except BaseException as e:
+            done.set_exception(e)
+            done.exception()  # retrieved: waiters re-raise their own copy
+            raise
+        finally:
+            del ledger.in_flight[record.entry_id]
+
+    async def fence(self, ledger_id: int) -> StoredLedger | None:
+        """Fence the ledger: adds accepted before finish first, the flag is on disk when
+        this returns. Returns what is held of the ledger (None: nothing)."""
+        if ledger_id not in self._fenced:
+            self._fenced.add(ledger_id)
+            ledger = self._ledgers.get(ledger_id)
+            if ledger is not None and ledger.in_flight:  # accepted before the fence
+                await asyncio.gather(*ledger.in_flight.values(), return_exceptions=True)
+            # fences of several ledgers at once (a new owner recovers every topic of a
+            # bundle together) each rewrite the whole file: one at a time, or two writers of
+            # the same temporary file fail each other
+            async with self._fence_saving:
+                await asyncio.to_thread(self._save_fences)
+        return self._ledgers.get(ledger_id)
+
+    def _save_fences(self) -> None:
+        tmp = self.fence_file.with_suffix(".tmp")
+        with open(tmp, "w") as f:
+            json.dump(sorted(self._fenced), f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.fence_file)
+        fd = os.open(self.fence_file.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    async def delete(self, ledger_id: int) -> None:
+        """Delete the ledger's entries and its fence; durable when this returns."""
+        self._ledgers.pop(ledger_id, None)
+        name = ledger_partition(ledger_id)
+        if self.engine.has_partition(name):
+            await self.engine.delete_partition(name)
+        if ledger_id in self._fenced:
+            self._fenced.discard(ledger_id)
+            async with self._fence_saving:
+                await asyncio.to_thread(self._save_fences)
+
+    # -- reads --------------------------------------------------------------------------
+
+    async def read(
+        self, ledger_id: int, first: int, last: int, max_bytes: int
+    ) -> LedgerRead | None:
+        """Records ``first``, ``first + 1``, … while the store holds them, up to ``last``
+        and about ``max_bytes`` of payload (at least one record). None when ``first`` is
+        not held and the ledger is not known damaged."""
+        ledger = self._ledgers.get(ledger_id)
+        if ledger is None:
+            return None
+        if first not in ledger.rows:
+            return LedgerRead([], first) if ledger.damaged else None
+        name, size, eid = ledger_partition(ledger_id), 0, first
+        records: list[Record] = []
+        while eid <= last and eid in ledger.rows and size < max_bytes:
+            local = ledger.rows[eid][0]
+            want = min(last - eid + 1, READ_CHUNK)
+            try:
+                got = await self.engine.read(
+                    name, local, max_entries=want, max_bytes=max_bytes - size
+                )
+            except CorruptionError as err:
+                ledger.damaged = str(err)
+                return LedgerRead(records, eid)
+            progressed = False
+            for e in got:
+                r = Record.unpack(e.payload)
+                if r.entry_id != eid or size >= max_bytes:
+                    break
+                records.append(r)
+                size += len(r.payload)
+                eid += 1
+                progressed = True
+                if eid > last:
+                    break
+            if not progressed:
+                break
+        if ledger.damaged and eid <= last and eid not in ledger.rows and size < max_bytes:
+            # stopped at an entry lost to the damage met at load: say so, so the reader
+            # counts it and has the copy repaired
+            return LedgerRead(records, eid)
+        return LedgerRead(records)
+
+    async def read_records(self, ledger_id: int, eids: list[int]) -> list[Record]:
+        """The records of ``eids`` (all held), in that order."""
+        ledger = self._ledgers[ledger_id]
+        name, out = ledger_partition(ledger_id), []
+        local = [ledger.rows[eid][0] for eid in eids]
+        i = 0
+        while i < len(local):
+            run = 1  # entries stored one after another are read in one call
+            while i + run < len(local) and local[i + run] == local[i] + run:
+                run += 1
+            got = await self.engine.read(name, local[i], max_entries=run, max_bytes=64 << 20)
+            if not got:
+                raise StorageError(f"ledger {ledger_id}: entry {eids[i]} vanished")
+            out += [Record.unpack(e.payload) for e in got[:run]]
+            i += len(got[:run])
+        return out
+
+    async def check(self, ledger_id: int) -> dict[str, object] | None:
+        """Read every entry held of the ledger, verifying each checksum (a scrub):
+        ``{"entries": held, "damaged": [entry ids unreadable here], "problem": text}``;
+        None for a ledger not held."""
+        ledger = self._ledgers.get(ledger_id)
+        if ledger is None:
+            return None
+        name, damaged = ledger_partition(ledger_id), []
+        by_local = sorted((row[0], eid) for eid, row in ledger.rows.items())
+        i = 0
+        while i < len(by_local):
+            local, eid = by_local[i]
+            try:
+                got = await self.engine.read(
+                    name, local, max_entries=READ_CHUNK, max_bytes=16 << 20
+                )
+            except CorruptionError as err:
+                ledger.damaged = ledger.damaged or str(err)
+                damaged.append(eid)
+                i += 1
+                continue
+            matched = 0
+            for e in got:
+                if i >= len(by_local) or e.base_offset != by_local[i][0]:
+                    break
+                if Record.unpack(e.payload[:64]).entry_id != by_local[i][1]:
+                    break
+                i, matched = i + 1, matched + 1
+            if not matched:  # not the entry the index names: unreadable as this entry
+                damaged.append(eid)
+                i += 1
+        if not damaged and ledger.damaged and not self.skipped_at_load(ledger_id):
+            ledger.damaged = ""  # what a read met was repaired since
+        return {"entries": len(ledger.rows), "damaged": sorted(damaged), "problem": ledger.damaged}

@@ -1,0 +1,99 @@
+"""The store of a bookie: ledgers as engine partitions of records with their entry ids,
+indexed at open, fenced durably (what a storage node serves and LocalSegments writes
+through). On a real engine in ``tmp_path``."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from magnetar.storage import StorageEngine
+from magnetar.storage.errors import FencedError
+from magnetar.storage.ledger_records import Record
+from magnetar.storage.ledger_store import LedgerStore, StoredLedger
+from tests.storage.conftest import OpenEngine, reopen
+
+
+def record(eid: int, base: int | None = None) -> Record:
+    return Record(eid, eid * 10 if base is None else base, 10, 1000 + eid, -1, 0, b"e%d" % eid)
+
+
+async def _store(engine: StorageEngine, tmp_path: Path) -> LedgerStore:
+    return await LedgerStore.open(engine, tmp_path / "fenced.json")
+
+
+async def _payloads(store: LedgerStore, ledger_id: int, first: int, last: int) -> list[bytes]:
+    got = await store.read(ledger_id, first, last, 1 << 20)
+    assert got is not None and got.damaged_at is None
+    return [r.payload for r in got.records]
+
+
+async def test_entries_added_in_any_order_read_in_id_order_and_survive_a_reopen(
+    open_engine: OpenEngine, tmp_path: Path
+) -> None:
+    engine = await open_engine()
+    store = await _store(engine, tmp_path)
+    for eid in (2, 0, 3, 1):
+        await store.add(7, record(eid))
+    await store.add(7, record(2))  # a resend: held already, stored once
+    assert await _payloads(store, 7, 0, 3) == [b"e0", b"e1", b"e2", b"e3"]
+    store = await _store(await reopen(engine, open_engine), tmp_path)
+    ledger = store.ledger(7)
+    assert ledger is not None and ledger.ids == [0, 1, 2, 3] and len(ledger.rows) == 4
+    assert await _payloads(store, 7, 1, 2) == [b"e1", b"e2"]
+    assert await store.check(7) == {"entries": 4, "damaged": [], "problem": ""}
+    assert await store.read(7, 9, 9, 1 << 20) is None  # not held
+    assert await store.read(8, 0, 0, 1 << 20) is None and await store.check(8) is None
+
+
+async def test_a_fence_refuses_later_adds_but_a_recoverers_and_survives_a_reopen(
+    open_engine: OpenEngine, tmp_path: Path
+) -> None:
+    engine = await open_engine()
+    store = await _store(engine, tmp_path)
+    await store.add(3, record(0), lac=-1)
+    await store.add(3, record(1), lac=0)
+    fenced = await store.fence(3)
+    assert fenced is not None and (fenced.lac, fenced.last) == (0, 1)
+    with pytest.raises(FencedError, match="ledger 3 is fenced"):
+        await store.add(3, record(2))
+    await store.add(3, record(2), recovery=True)  # a recoverer writes the tail back
+    await store.add(4, record(0))  # other ledgers are not fenced
+    store = await _store(await reopen(engine, open_engine), tmp_path)
+    assert store.is_fenced(3) and not store.is_fenced(4)
+    with pytest.raises(FencedError):
+        await store.add(3, record(3))
+    await store.delete(3)  # entries and fence go
+    assert store.ledger(3) is None and not store.is_fenced(3)
+    assert not store.engine.has_partition("L3")
+    store = await _store(await reopen(store.engine, open_engine), tmp_path)
+    assert not store.is_fenced(3) and store.ledger(3) is None and store.ledger(4) is not None
+
+
+async def test_a_fence_waits_for_the_adds_accepted_before_it(
+    open_engine: OpenEngine, tmp_path: Path
+) -> None:
+    store = await _store(await open_engine(), tmp_path)
+    await store.create(5)
+    adds = [asyncio.ensure_future(store.add(5, record(eid))) for eid in range(3)]
+    ledger = store.ledger(5)
+    assert ledger is not None
+    while len(ledger.in_flight) + len(ledger.rows) < 3:  # all three accepted
+        await asyncio.sleep(0)
+    fenced = await store.fence(5)
+    assert fenced is not None and fenced.ids == [0, 1, 2] and not ledger.in_flight
+    await asyncio.gather(*adds)
+
+
+def test_the_prefix_of_entry_ids_ends_before_the_first_gap() -> None:
+    ledger = StoredLedger()
+    assert ledger.last_of_prefix == -1
+    ledger.add(1, 0, 0, 1, 0)
+    assert (ledger.last_of_prefix, ledger.last) == (-1, 1)
+    for eid in (0, 2, 4):
+        ledger.add(eid, eid, eid, 1, 0)
+    assert (ledger.last_of_prefix, ledger.last) == (2, 4)
+    ledger.add(3, 9, 3, 1, 0)
+    assert ledger.last_of_prefix == 4
