@@ -1,7 +1,8 @@
 """The managed ledger's writer over a segment-addressed storage (issue 13): it assigns
 offsets and entry ids, rolls segments, keeps the segment list by compare-and-set and
 recovers a crashed writer's open segment by fencing it. In-process, on the memory metadata
-store and :class:`MemorySegments`."""
+store, over every segment storage (``segments`` in conftest: :class:`MemorySegments`, and
+:class:`LocalSegments` on a real engine)."""
 
 from __future__ import annotations
 
@@ -10,20 +11,20 @@ import json
 
 import pytest
 
-from magnetar.ledger.segment_storage import RolloverPolicy
+from magnetar.ledger.segment_storage import RolloverPolicy, SegmentStorage
 from magnetar.ledger.writer import SegmentIds, SegmentWriter, segment_list_path
 from magnetar.meta.memory import MemoryMetadataStore
 from magnetar.storage import SegmentState
 from magnetar.storage.errors import FencedError, StorageError, WriteFailedError
 from magnetar.testing.clock import ManualClock
-from magnetar.testing.memory_segments import MemorySegments
+from tests.ledger.conftest import Segments
 
 NAME = "public/default/t"
 
 
 async def _writer(
     meta: MemoryMetadataStore,
-    storage: MemorySegments,
+    storage: SegmentStorage,
     *,
     max_entries: int = 0,
     max_bytes: int = 1 << 30,
@@ -38,8 +39,8 @@ async def _listed(meta: MemoryMetadataStore) -> list[dict[str, object]]:
     return [row["info"] for row in json.loads(node.value)["ledgers"]]
 
 
-async def test_the_writer_assigns_offsets_and_entry_ids_and_rolls() -> None:
-    meta, storage = MemoryMetadataStore(), MemorySegments()
+async def test_the_writer_assigns_offsets_and_entry_ids_and_rolls(segments: Segments) -> None:
+    meta, storage = MemoryMetadataStore(), segments.storage
     writer = await _writer(meta, storage, max_entries=3)
     entries = [await writer.append(b"x", count=2) for _ in range(7)]
     assert [e.base_offset for e in entries] == list(range(0, 14, 2))
@@ -48,31 +49,34 @@ async def test_the_writer_assigns_offsets_and_entry_ids_and_rolls() -> None:
     assert (second["state"], second["first_offset"], second["end_offset"]) == ("CLOSED", 6, 12)
     assert third["state"] == "OPEN" and third["first_offset"] == 12
     assert writer.end == 14 and writer.records[-1].info.end_offset == 14
-    one = storage.segments[int(first["segment_id"])]
-    assert sorted(one.entries) == [0, 1, 2] and one.sealed == 2
-    assert [e.base_offset for e in one.entries.values()] == [0, 2, 4]
+    sid = int(first["segment_id"])
+    one = await segments.stored(sid)
+    assert sorted(one) == [0, 1, 2] and segments.sealed(sid) == 2
+    assert [one[eid].base_offset for eid in sorted(one)] == [0, 2, 4]
 
 
-async def test_acknowledgements_apply_in_entry_order() -> None:
-    meta, storage = MemoryMetadataStore(), MemorySegments()
+async def test_acknowledgements_apply_in_entry_order(segments: Segments) -> None:
+    meta, storage = MemoryMetadataStore(), segments.storage
     writer = await _writer(meta, storage)
-    storage.hold = True
+    segments.hold = True
     appends = [asyncio.ensure_future(writer.append(b"y")) for _ in range(5)]
-    while storage.held < 5:
+    while segments.held < 5:
         await asyncio.sleep(0)
     assert writer.end == 5 and writer.records[-1].info.end_offset == 0  # none durable yet
-    storage.release_appends()
+    segments.release_appends()
     got = await asyncio.gather(*appends)
     assert [e.base_offset for e in got] == [0, 1, 2, 3, 4]
     assert writer.records[-1].info.end_offset == 5 and writer.records[-1].info.entries == 5
 
 
-async def test_a_failed_append_ends_its_segment_and_the_next_reuses_its_offset() -> None:
-    meta, storage = MemoryMetadataStore(), MemorySegments()
+async def test_a_failed_append_ends_its_segment_and_the_next_reuses_its_offset(
+    segments: Segments,
+) -> None:
+    meta, storage = MemoryMetadataStore(), segments.storage
     writer = await _writer(meta, storage)
     await writer.append(b"a")
     sid = writer.records[-1].info.segment_id
-    storage.fail_next(sid, WriteFailedError("disk went away"))
+    segments.fail_next(sid, WriteFailedError("disk went away"))
     with pytest.raises(WriteFailedError):
         await writer.append(b"b")
     after = await writer.append(b"c")
@@ -82,8 +86,10 @@ async def test_a_failed_append_ends_its_segment_and_the_next_reuses_its_offset()
     assert (closed.state, closed.end_offset, closed.entries) == (SegmentState.CLOSED, 1, 1)
 
 
-async def test_a_new_writer_fences_and_recovers_the_open_segment_and_the_old_one_stops() -> None:
-    meta, storage = MemoryMetadataStore(), MemorySegments()
+async def test_a_new_writer_fences_and_recovers_the_open_segment_and_the_old_one_stops(
+    segments: Segments,
+) -> None:
+    meta, storage = MemoryMetadataStore(), segments.storage
     old = await _writer(meta, storage)
     for _ in range(4):
         await old.append(b"z", count=3)
@@ -95,7 +101,7 @@ async def test_a_new_writer_fences_and_recovers_the_open_segment_and_the_old_one
         12,
         4,
     )
-    assert storage.segments[recovered.segment_id].fenced
+    assert segments.fenced(recovered.segment_id)
     assert new.recovered == 1
     # the old writer's next append is refused by storage: nothing more is acknowledged
     with pytest.raises(FencedError):
@@ -107,8 +113,10 @@ async def test_a_new_writer_fences_and_recovers_the_open_segment_and_the_old_one
     assert [row["state"] for row in await _listed(meta)] == ["CLOSED", "OPEN"]
 
 
-async def test_a_writer_that_lost_the_segment_list_is_fenced_at_its_next_list_write() -> None:
-    meta, storage = MemoryMetadataStore(), MemorySegments()
+async def test_a_writer_that_lost_the_segment_list_is_fenced_at_its_next_list_write(
+    segments: Segments,
+) -> None:
+    meta, storage = MemoryMetadataStore(), segments.storage
     old = await _writer(meta, storage, max_entries=2)
     await old.append(b"1")
     path = segment_list_path(NAME)
@@ -124,8 +132,10 @@ async def test_a_writer_that_lost_the_segment_list_is_fenced_at_its_next_list_wr
     assert [row["state"] for row in await _listed(meta)] == ["OPEN"]
 
 
-async def test_unload_closes_the_open_segment_release_leaves_it_for_recovery() -> None:
-    meta, storage = MemoryMetadataStore(), MemorySegments()
+async def test_unload_closes_the_open_segment_release_leaves_it_for_recovery(
+    segments: Segments,
+) -> None:
+    meta, storage = MemoryMetadataStore(), segments.storage
     writer = await _writer(meta, storage)
     await writer.append(b"a")
     await writer.unload()
@@ -141,8 +151,8 @@ async def test_unload_closes_the_open_segment_release_leaves_it_for_recovery() -
     assert third.recovered == 1 and third.end == 2
 
 
-async def test_trim_drops_a_prefix_of_closed_segments_from_the_list() -> None:
-    meta, storage = MemoryMetadataStore(), MemorySegments()
+async def test_trim_drops_a_prefix_of_closed_segments_from_the_list(segments: Segments) -> None:
+    meta, storage = MemoryMetadataStore(), segments.storage
     writer = await _writer(meta, storage, max_entries=2)
     for _ in range(6):
         await writer.append(b"t")
@@ -155,24 +165,24 @@ async def test_trim_drops_a_prefix_of_closed_segments_from_the_list() -> None:
     assert reopened.start == 4 and [r.info.first_offset for r in reopened.records][:1] == [4]
 
 
-async def test_changes_to_an_open_segment_record_are_refused() -> None:
-    meta, storage = MemoryMetadataStore(), MemorySegments()
+async def test_changes_to_an_open_segment_record_are_refused(segments: Segments) -> None:
+    meta, storage = MemoryMetadataStore(), segments.storage
     writer = await _writer(meta, storage)
     await writer.append(b"o")
     with pytest.raises(StorageError, match="still open"):
         await writer.update_segment(writer.records[-1].info.segment_id, local=False)
 
 
-async def test_a_caller_that_goes_away_does_not_cut_its_append_short() -> None:
-    meta, storage = MemoryMetadataStore(), MemorySegments()
+async def test_a_caller_that_goes_away_does_not_cut_its_append_short(segments: Segments) -> None:
+    meta, storage = MemoryMetadataStore(), segments.storage
     writer = await _writer(meta, storage)
-    storage.hold = True
+    segments.hold = True
     first = asyncio.ensure_future(writer.append(b"1"))
     second = asyncio.ensure_future(writer.append(b"2"))
-    while storage.held < 2:
+    while segments.held < 2:
         await asyncio.sleep(0)
     first.cancel()  # its producer's connection closed, say
-    storage.release_appends()
+    segments.release_appends()
     assert (await second).base_offset == 1
     with pytest.raises(asyncio.CancelledError):
         await first
@@ -180,15 +190,15 @@ async def test_a_caller_that_goes_away_does_not_cut_its_append_short() -> None:
     assert (info.end_offset, info.entries) == (2, 2) and writer.healthy
 
 
-async def test_appends_in_flight_count_toward_the_size_limit() -> None:
+async def test_appends_in_flight_count_toward_the_size_limit(segments: Segments) -> None:
     """A burst handed to storage before any acknowledgement still rolls at the limit: the
     segment grows at most one entry past it."""
-    meta, storage = MemoryMetadataStore(), MemorySegments()
+    meta, storage = MemoryMetadataStore(), segments.storage
     writer = await _writer(meta, storage, max_bytes=100)  # an entry is 40 + 20 bytes
-    storage.hold = True
+    segments.hold = True
     burst = [asyncio.ensure_future(writer.append(bytes(20))) for _ in range(5)]
     while not all(a.done() for a in burst):
-        storage.release_appends()
+        segments.release_appends()
         await asyncio.sleep(0)
     assert [e.base_offset for e in await asyncio.gather(*burst)] == [0, 1, 2, 3, 4]
     assert [r.info.entries for r in writer.records] == [2, 2, 1]
