@@ -235,10 +235,10 @@ class StorageNode:
         if op == Op.FENCE:
             return await self._fence(ledger_id)
         if op == Op.LAC:
-            ledger = self.store.ledger(ledger_id)
-            if ledger is None:
+            confirmed = self.store.last_confirmed(ledger_id)
+            if confirmed is None:
                 return Status.NO_LEDGER, LAC.pack(-1, -1)
-            return Status.OK, LAC.pack(ledger.lac, ledger.last)
+            return Status.OK, LAC.pack(*confirmed)
         if op == Op.INDEX:
             ledger = self.store.ledger(ledger_id)
             if ledger is None:

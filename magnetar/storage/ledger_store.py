@@ -148,6 +148,13 @@ class LedgerStore:
     def is_fenced(self, ledger_id: int) -> bool:
         return ledger_id in self._fenced
 
+    def last_confirmed(self, ledger_id: int) -> tuple[int, int] | None:
+        """(the last add confirmed as the writer told it, the highest entry id held), -1
+        for none; None for a ledger not held. A local writer, which tells no lac, reads
+        :attr:`StoredLedger.last_of_prefix` instead."""
+        ledger = self._ledgers.get(ledger_id)
+        return None if ledger is None else (ledger.lac, ledger.last)
+
     def skipped_at_load(self, ledger_id: int) -> bool:
         """Whether entries of the ledger's files could not be indexed (damage met at load)."""
         name = ledger_partition(ledger_id)

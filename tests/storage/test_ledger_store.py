@@ -57,6 +57,7 @@ async def test_a_fence_refuses_later_adds_but_a_recoverers_and_survives_a_reopen
     await store.add(3, record(1), lac=0)
     fenced = await store.fence(3)
     assert fenced is not None and (fenced.lac, fenced.last) == (0, 1)
+    assert store.last_confirmed(3) == (0, 1) and store.last_confirmed(99) is None
     with pytest.raises(FencedError, match="ledger 3 is fenced"):
         await store.add(3, record(2))
     await store.add(3, record(2), recovery=True)  # a recoverer writes the tail back
