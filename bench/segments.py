@@ -25,13 +25,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import math
-import os
 import shutil
 import statistics
 import sys
-import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,24 +41,22 @@ from bench.common import (
     fmt_rate,
     machine_info,
     make_workdir,
-    percentile,
     render_markdown_table,
     render_table,
     utc_now,
     write_json,
 )
-from bench.storage import MESSAGE_BYTES, Plan, WriteResult, raw_baseline
+from bench.storage import Plan, WriteResult, drive_writers, raw_baseline
 from magnetar.core.clock import SYSTEM_CLOCK
 from magnetar.core.config import Settings, build_settings
 from magnetar.ledger.local_segments import LocalSegments
 from magnetar.ledger.segment_storage import RolloverPolicy
 from magnetar.ledger.writer import SegmentIds, SegmentWriter
-from magnetar.meta import open_metadata_store
+from magnetar.meta import MetadataStore, open_metadata_store
 from magnetar.storage import StorageEngine, StorageSettings
 from magnetar.storage.ledger_store import LedgerStore
 
 PARTITION = "public/default/bench"
-Append = Callable[[bytes, int], Awaitable[Any]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,66 +70,53 @@ class Phase:
         return cls(written, engine.stats.entries / fsyncs if fsyncs else float("nan"))
 
 
-async def _drive(append: Append, size: int, plan: Plan, writers: int) -> WriteResult:
-    """``writers`` tasks call ``append`` until the plan says stop."""
-    payload = os.urandom(size * MESSAGE_BYTES)
-    latencies: list[float] = []
-    issued = 0
-    start = time.perf_counter()
-    deadline = start + plan.budget
-
-    async def writer() -> None:
-        nonlocal issued
-        while issued < plan.entries and time.perf_counter() < deadline:
-            issued += 1
-            t0 = time.perf_counter()
-            await append(payload, size)
-            latencies.append(time.perf_counter() - t0)
-
-    await asyncio.gather(*(writer() for _ in range(writers)))
-    seconds = time.perf_counter() - start
-    stopped_by = "messages" if len(latencies) >= plan.entries else "budget"
-    p50, p99 = percentile(latencies, 50), percentile(latencies, 99)
-    return WriteResult(size, len(latencies), seconds, p50, p99, stopped_by)
+@dataclass(frozen=True, slots=True)
+class _Opened:
+    settings: Settings
+    meta: MetadataStore
+    engine: StorageEngine
 
 
-def _settings(data_dir: Path, segment_bytes: int) -> Settings:
+@contextlib.asynccontextmanager
+async def _engine(data_dir: Path, segment_bytes: int) -> AsyncIterator[_Opened]:
+    """A fresh engine in ``data_dir`` with fsync always, rolling at ``segment_bytes`` (0:
+    its default); closed and removed afterwards."""
     overrides: dict[str, Any] = {"data_dir": data_dir, "fsync": "always"}
     if segment_bytes:
         overrides["segment_max_bytes"] = segment_bytes
-    return build_settings(env={}, overrides=overrides)
-
-
-async def engine_phase(
-    data_dir: Path, size: int, plan: Plan, writers: int, segment_bytes: int = 0
-) -> Phase:
-    """The engine rolls the partition at ``segment_bytes`` (0: its default)."""
-    settings = _settings(data_dir, segment_bytes)
+    settings = build_settings(env={}, overrides=overrides)
     meta = open_metadata_store(settings.metadata)
     engine = await StorageEngine.open(StorageSettings.of(settings), meta)
     try:
-        await engine.create_partition(PARTITION)
-
-        async def append(payload: bytes, count: int) -> None:
-            await engine.append(PARTITION, payload, count=count)
-
-        return Phase.of(await _drive(append, size, plan, writers), engine)
+        yield _Opened(settings, meta, engine)
     finally:
         await engine.aclose()
         await meta.aclose()
         shutil.rmtree(data_dir)
 
 
+async def engine_phase(
+    data_dir: Path, size: int, plan: Plan, writers: int, segment_bytes: int = 0
+) -> Phase:
+    """The engine rolls the partition at ``segment_bytes`` (0: its default)."""
+    async with _engine(data_dir, segment_bytes) as opened:
+        engine = opened.engine
+        await engine.create_partition(PARTITION)
+
+        async def append(payload: bytes, count: int) -> None:
+            await engine.append(PARTITION, payload, count=count)
+
+        return Phase.of(await drive_writers(append, size, plan, writers), engine)
+
+
 async def segments_phase(
     data_dir: Path, size: int, plan: Plan, writers: int, segment_bytes: int = 0
 ) -> Phase:
     """The writer rolls at ``segment_bytes`` (0: the engine's default segment size)."""
-    settings = _settings(data_dir, segment_bytes)
-    meta = open_metadata_store(settings.metadata)
-    engine = await StorageEngine.open(StorageSettings.of(settings), meta)
-    try:
-        store = await LedgerStore.open(engine, data_dir / "fenced.json")
-        policy = RolloverPolicy(settings.segment_max_bytes)
+    async with _engine(data_dir, segment_bytes) as opened:
+        store = await LedgerStore.open(opened.engine, data_dir / "fenced.json")
+        policy = RolloverPolicy(opened.settings.segment_max_bytes)
+        meta = opened.meta
         writer = await SegmentWriter.open(
             PARTITION, LocalSegments(store), meta, SegmentIds(meta), policy, SYSTEM_CLOCK
         )
@@ -144,13 +128,9 @@ async def segments_phase(
         # the timed phase they would start out of step, and appends that come back out of
         # step never share an fsync again (the engine phase's writers start together)
         await append(b"warm-up", 1)
-        result = await _drive(append, size, plan, writers)
+        result = await drive_writers(append, size, plan, writers)
         await writer.close_open()
-        return Phase.of(result, engine)
-    finally:
-        await engine.aclose()
-        await meta.aclose()
-        shutil.rmtree(data_dir)
+        return Phase.of(result, opened.engine)
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,7 +33,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -237,6 +237,18 @@ async def run_writers(
     engine: StorageEngine, size: int, plan: Plan, writers: int, appended: asyncio.Event
 ) -> WriteResult:
     """``writers`` tasks append to the one partition until the plan says stop."""
+
+    async def append(payload: bytes, count: int) -> None:
+        await engine.append(PARTITION, payload, count=count)
+        appended.set()
+
+    return await drive_writers(append, size, plan, writers)
+
+
+async def drive_writers(
+    append: Callable[[bytes, int], Awaitable[object]], size: int, plan: Plan, writers: int
+) -> WriteResult:
+    """``writers`` tasks call ``append(payload, size)`` until the plan says stop."""
     payload = os.urandom(size * MESSAGE_BYTES)
     latencies: list[float] = []
     issued = 0
@@ -248,9 +260,8 @@ async def run_writers(
         while issued < plan.entries and time.perf_counter() < deadline:
             issued += 1
             t0 = time.perf_counter()
-            await engine.append(PARTITION, payload, count=size)
+            await append(payload, size)
             latencies.append(time.perf_counter() - t0)
-            appended.set()
 
     await asyncio.gather(*(writer() for _ in range(writers)))
     return _write_result(size, plan, latencies, time.perf_counter() - start)
