@@ -45,45 +45,10 @@ class Segments(Protocol):
     def fenced(self, segment: int) -> bool: ...
 
 
-class InMemory:
-    def __init__(self) -> None:
-        self.memory = MemorySegments()
-        self.storage = self.memory
+class _Faults:
+    """The hold and fail faults of ``faults`` (MemorySegments or HeldSegments: the same)."""
 
-    @property
-    def hold(self) -> bool:
-        return self.memory.hold
-
-    @hold.setter
-    def hold(self, value: bool) -> None:
-        self.memory.hold = value
-
-    @property
-    def held(self) -> int:
-        return self.memory.held
-
-    def release_appends(self) -> int:
-        return self.memory.release_appends()
-
-    def fail_next(self, segment: int, error: StorageError) -> None:
-        self.memory.fail_next(segment, error)
-
-    async def stored(self, segment: int) -> dict[int, Entry]:
-        return dict(self.memory.segments[segment].entries)
-
-    def sealed(self, segment: int) -> int | None:
-        return self.memory.segments[segment].sealed
-
-    def fenced(self, segment: int) -> bool:
-        return self.memory.segments[segment].fenced
-
-
-class Local:
-    def __init__(self, store: LedgerStore) -> None:
-        self.store = store
-        self.local = LocalSegments(store)
-        self.faults = HeldSegments(self.local)
-        self.storage = self.faults
+    faults: MemorySegments | HeldSegments
 
     @property
     def hold(self) -> bool:
@@ -102,6 +67,28 @@ class Local:
 
     def fail_next(self, segment: int, error: StorageError) -> None:
         self.faults.fail_next(segment, error)
+
+
+class InMemory(_Faults):
+    def __init__(self) -> None:
+        self.memory = MemorySegments()
+        self.storage = self.faults = self.memory
+
+    async def stored(self, segment: int) -> dict[int, Entry]:
+        return dict(self.memory.segments[segment].entries)
+
+    def sealed(self, segment: int) -> int | None:
+        return self.memory.segments[segment].sealed
+
+    def fenced(self, segment: int) -> bool:
+        return self.memory.segments[segment].fenced
+
+
+class Local(_Faults):
+    def __init__(self, store: LedgerStore) -> None:
+        self.store = store
+        self.local = LocalSegments(store)
+        self.storage = self.faults = HeldSegments(self.local)
 
     async def stored(self, segment: int) -> dict[int, Entry]:
         ledger = self.store.ledger(segment)
