@@ -28,3 +28,20 @@ async def reserve_block(meta: MetadataStore, path: str, size: int) -> int:
         except (BadVersionError, NodeExistsError):
             continue  # another writer took this block: read again
         return start
+
+
+async def reserve_through(meta: MetadataStore, path: str, number: int) -> None:
+    """Make sure no later block of the counter at ``path`` hands out ``number`` or any
+    number below it (a no-op when the counter is past it already). Durable when it
+    returns; safe to repeat and under concurrent callers."""
+    while True:
+        node = await meta.get(path)
+        start = int(json.loads(node.value)["next"]) if node else 0
+        if start > number:
+            return
+        body = json.dumps({"next": number + 1}).encode()
+        try:
+            await meta.put(path, body, expected_version=node.stat.version if node else -1)
+        except (BadVersionError, NodeExistsError):
+            continue  # another writer moved it meanwhile: read again
+        return
