@@ -38,6 +38,13 @@ partition is in one of these states, and a run moves it on from whichever it fin
    and nothing is deleted: another writer made that list);
 3. segment list only: done; not seen again (:func:`needs_upgrade` lists old partitions).
 
+A crash inside the engine's deletion of the old partition can leave its name without its
+segment records: the engine reopens it empty (a new empty OPEN segment), which state 2
+deletes again. A ledger ``L<id>`` of an old segment id whose entry 0 lies elsewhere than
+that segment's first offset was not written by this upgrade: :class:`UpgradeConflictError`,
+nothing deleted (ids of the new layout start above the old ones once this has run, so it
+arises only when something wrote the new layout before the upgrade).
+
 The counter is moved before any list is written, so a list never names an id that a new
 segment could get again.
 """
@@ -257,6 +264,7 @@ async def _copy_segment(
     sid = info.segment_id
     held = store.ledger(sid)
     if held is not None:
+        _check_ours(name, held, info)
         if _complete(held, info):
             log.info("upgrading %s: segment %d was copied by an earlier run", name, sid)
             return False
@@ -279,6 +287,19 @@ async def _copy_segment(
         step(UpgradeStep(StepKind.COPIED, name, sid, eid))
     step(UpgradeStep(StepKind.LEDGER, name, sid, eid))
     return True
+
+
+def _check_ours(name: str, held: StoredLedger, info: SegmentInfo) -> None:
+    """A ledger of the segment's id must be (part of) the upgrade's copy of it: its entry 0,
+    if held, starts at the segment's first offset. Anything else is not ours to delete."""
+    first = held.rows.get(0)
+    if first is not None and first[1] != info.first_offset:
+        raise UpgradeConflictError(
+            f"upgrading {name}: ledger {info.segment_id} exists and is not a copy of segment "
+            f"{info.segment_id} (its entry 0 is at offset {first[1]}, the segment starts at "
+            f"{info.first_offset}); nothing was deleted. Was the directory written by the "
+            "new layout before it was upgraded? Keep one copy and run the upgrade again"
+        )
 
 
 def _complete(held: StoredLedger, info: SegmentInfo) -> bool:

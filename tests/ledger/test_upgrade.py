@@ -27,6 +27,7 @@ from magnetar.ledger.upgrade import (
 )
 from magnetar.ledger.writer import SegmentIds, SegmentWriter, segment_list_path
 from magnetar.storage import SegmentInfo, SegmentState
+from magnetar.storage.ledger_records import Record
 from magnetar.testing.clock import ManualClock
 from magnetar.testing.processes import REPO_ROOT, python_env
 from tests.ledger.upgrade_crash_child import (
@@ -217,6 +218,23 @@ async def test_a_partition_listed_by_another_writer_is_left_alone(opened: Dir) -
     with pytest.raises(UpgradeConflictError, match=r"public/default/a is in both layouts"):
         await upgrade(opened.engine, opened.store, opened.meta)
     assert opened.engine.has_partition(a)
+
+
+async def test_a_ledger_that_is_not_a_copy_of_its_segment_is_left_alone(
+    opened: Dir, old: Old
+) -> None:
+    """A ledger of an old segment's id that starts elsewhere was written by something else
+    (the new layout used before the upgrade): the upgrade does not delete it."""
+    a = "public/default/a"
+    local = [i for i in old.segments[a] if i.local]
+    sid = local[0].segment_id
+    await opened.store.add(sid, Record(0, 999_999, 1, 0, -1, 0, b"someone else's"))
+    with pytest.raises(UpgradeConflictError, match=rf"ledger {sid} exists and is not a copy"):
+        await upgrade(opened.engine, opened.store, opened.meta)
+    assert opened.engine.has_partition(a)
+    held = opened.store.ledger(sid)
+    assert held is not None and held.ids == [0]
+    assert await opened.meta.get(segment_list_path(a)) is None
 
 
 async def _run_child(data_dir: Path, tmp_path: Path, kind: str, n: int) -> int:
