@@ -20,13 +20,15 @@ from magnetar.ledger import upgrade as upgrade_module
 from magnetar.ledger.local_segments import LocalSegments
 from magnetar.ledger.segment_storage import RolloverPolicy
 from magnetar.ledger.upgrade import (
+    StepKind,
     UpgradeConflictError,
     UpgradeSpaceError,
+    UpgradeStep,
     needs_upgrade,
     upgrade,
 )
 from magnetar.ledger.writer import SegmentIds, SegmentWriter, segment_list_path
-from magnetar.storage import SegmentInfo, SegmentState
+from magnetar.storage import SegmentInfo, SegmentState, catalog
 from magnetar.storage.ledger_records import Record
 from magnetar.testing.clock import ManualClock
 from magnetar.testing.processes import REPO_ROOT, python_env
@@ -235,6 +237,40 @@ async def test_a_ledger_that_is_not_a_copy_of_its_segment_is_left_alone(
     held = opened.store.ledger(sid)
     assert held is not None and held.ids == [0]
     assert await opened.meta.get(segment_list_path(a)) is None
+
+
+class _Crash(Exception):
+    pass
+
+
+async def test_a_crash_inside_the_old_partitions_deletion_is_finished_by_a_rerun(
+    data_dir: Path, old: Old
+) -> None:
+    """The engine deletes a partition's segment records, then its name: a crash between
+    leaves the name, which the engine reopens empty. The rerun deletes it (state 2)."""
+    a = "public/default/a"
+
+    def stop(step: UpgradeStep) -> None:
+        if step.kind is StepKind.LISTED:
+            raise _Crash
+
+    d = await open_dir(data_dir)
+    try:
+        with pytest.raises(_Crash):
+            await upgrade(d.engine, d.store, d.meta, on_step=stop)
+        node = await d.meta.get(catalog.partition_path(a))
+        assert node is not None
+        await d.meta.delete_recursive(catalog.segments_path(json.loads(node.value)["id"]))
+    finally:
+        await d.aclose()
+    d = await open_dir(data_dir)
+    try:
+        assert [i.is_empty for i in d.engine.segments(a)] == [True]  # reopened empty
+        report = await upgrade(d.engine, d.store, d.meta)
+        assert report.partitions[0].name == a and report.partitions[0].resumed
+    finally:
+        await d.aclose()
+    await _check_upgraded(data_dir, old)
 
 
 async def _run_child(data_dir: Path, tmp_path: Path, kind: str, n: int) -> int:
