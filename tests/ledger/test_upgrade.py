@@ -239,6 +239,24 @@ async def test_a_ledger_that_is_not_a_copy_of_its_segment_is_left_alone(
     assert await opened.meta.get(segment_list_path(a)) is None
 
 
+async def test_an_offloading_segment_keeps_its_state_and_entries(tmp_path: Path) -> None:
+    """OFFLOADING exists only while the engine runs (its recovery resets it to CLOSED), so
+    the upgrade sees it only in the session that set it: it is listed as it is."""
+    data_dir = tmp_path / "data"
+    d = await open_dir(data_dir)
+    try:
+        await write_old_layout(d.engine)
+        a = "public/default/a"
+        busy = next(i for i in d.engine.segments(a) if i.state is SegmentState.CLOSED)
+        await d.engine.update_segment(a, busy.segment_id, state=SegmentState.OFFLOADING)
+        old = await _snapshot(d)
+        await upgrade(d.engine, d.store, d.meta)
+    finally:
+        await d.aclose()
+    assert SegmentState.OFFLOADING in [i.state for i in old.segments[a]]
+    await _check_upgraded(data_dir, old)
+
+
 class _Crash(Exception):
     pass
 
