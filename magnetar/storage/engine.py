@@ -15,12 +15,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import itertools
 import logging
 import os
 import shutil
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +31,7 @@ from magnetar.core.clock import SYSTEM_CLOCK, Clock
 from magnetar.core.config import check_writable
 from magnetar.core.entries import Entry
 from magnetar.core.errors import ClosedError, MagnetarError
+from magnetar.core.futures import resolve
 from magnetar.core.metrics import SIZE_BOUNDS, Histogram
 from magnetar.meta import MetadataStore
 from magnetar.storage import catalog
@@ -72,6 +74,9 @@ class EngineStats:
     group_commit_entries: Histogram = field(default_factory=lambda: Histogram(SIZE_BOUNDS))
 
 
+Settle = Callable[[Entry | BaseException], None]
+
+
 @dataclass(slots=True)
 class _Pending:
     partition: PartitionLog
@@ -80,7 +85,18 @@ class _Pending:
     publish_time: int
     event_time: int
     fmt: int
-    future: asyncio.Future[Entry]
+    then: Settle  # told the outcome once, from the flusher (see StorageEngine.submit)
+    settled: bool = False
+
+    def settle(self, outcome: Entry | BaseException) -> None:
+        if self.settled:
+            return
+        self.settled = True
+        try:
+            self.then(outcome)
+        except Exception:
+            # the caller's bookkeeping failed: its bug, never the flusher's or the group's
+            log.exception("the completion of an append to %s failed", self.partition.name)
 
 
 @dataclass(slots=True)
@@ -312,15 +328,45 @@ class StorageEngine:
         and readable. If it raises (DiskFullError, WriteFailedError), nothing of the entry
         is acknowledged and no later offset depends on it: retrying is safe.
         """
+        fut: asyncio.Future[Entry] = asyncio.get_running_loop().create_future()
+        self.submit(
+            name,
+            payload,
+            functools.partial(resolve, fut),
+            count=count,
+            publish_time=publish_time,
+            event_time=event_time,
+            fmt=fmt,
+        )
+        return await fut
+
+    def submit(
+        self,
+        name: str,
+        payload: bytes,
+        then: Settle,
+        *,
+        count: int = 1,
+        publish_time: int | None = None,
+        event_time: int = -1,
+        fmt: int = 0,
+    ) -> None:
+        """Queue one entry now, as :meth:`append` does, without a future or a task: entries
+        submitted one after another get offsets in that order. ``then`` is called exactly
+        once, by the flusher, with the entry once :meth:`append` would return it (durable,
+        readable) or with the error it would raise; it must not block, and what it raises
+        is logged, never the group's concern.
+
+        Raises at once, and queues nothing, for an entry it refuses (InvalidEntryError,
+        PartitionNotFoundError, ClosedError); ``then`` is not called.
+        """
         part = self._part(name)
         ts = self.clock.now_ms() if publish_time is None else publish_time
         # Checked here, never in the flusher: a value the header cannot hold must fail this
         # append alone, not the flusher task that every other append waits on.
         check_header_fields(count, ts, event_time, fmt, len(payload))
-        fut: asyncio.Future[Entry] = asyncio.get_running_loop().create_future()
-        self._pending.append(_Pending(part, payload, count, ts, event_time, fmt, fut))
+        self._pending.append(_Pending(part, payload, count, ts, event_time, fmt, then))
         self._wakeup.set()
-        return await fut
 
     async def _flush_loop(self) -> None:
         while True:
@@ -353,8 +399,7 @@ class StorageEngine:
             log.exception("an append group failed unexpectedly; its appends get the error")
             error = WriteFailedError(f"append failed: {type(e).__name__}: {e}")
             for p in batch:
-                if not p.future.done():
-                    p.future.set_exception(error)
+                p.settle(error)
 
     def _plan(self, batch: list[_Pending]) -> list[_Run]:
         """Number the group's appends and split them into runs at the points where a
@@ -456,8 +501,7 @@ class StorageEngine:
         error = as_storage_error(e, "append failed")
         self._note_disk(error)
         for n in failed:
-            if not n.pending.future.done():
-                n.pending.future.set_exception(error)
+            n.pending.settle(error)
 
     def _apply(self, plan: _Batch) -> None:
         """The run is in its segments: make it readable and acknowledge it."""
@@ -466,8 +510,7 @@ class StorageEngine:
             p.partition.cache.add(entry)
             p.partition.end_offset = entry.next_offset
             self._dirty.add(p.partition)
-            if not p.future.done():
-                p.future.set_result(entry)
+            p.settle(entry)
 
     def _note_disk(self, error: Exception | None) -> None:
         """Log a disk-full episode once when it starts (with the free space) and once when

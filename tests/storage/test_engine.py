@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
+from collections.abc import Callable
 
 import pytest
 
+from magnetar.core.entries import Entry
 from magnetar.core.errors import ClosedError
 from magnetar.storage import (
     OffsetOutOfRangeError,
@@ -14,6 +17,7 @@ from magnetar.storage import (
     SegmentState,
     StorageEngine,
 )
+from magnetar.storage.errors import InvalidEntryError
 from tests.storage.conftest import OpenEngine, reopen
 
 
@@ -49,6 +53,45 @@ async def test_concurrent_appends_share_one_fsync(open_engine: OpenEngine) -> No
     # All 50 were queued before the flusher ran: far fewer fsyncs than appends.
     assert engine.stats.fsyncs < 10
     assert engine.stats.entries == 50
+
+
+async def test_submit_queues_in_call_order_and_tells_each_outcome_once(
+    open_engine: OpenEngine, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The future-less append (the ledger store's): offsets follow the calls, each callback
+    is told its entry once, and a callback that raises is logged, never the group's loss."""
+    engine = await open_engine()
+    await engine.create_partition("p")
+    told: list[tuple[str, Entry | BaseException]] = []
+    done = asyncio.Event()
+
+    def then(tag: str) -> Callable[[Entry | BaseException], None]:
+        def record(outcome: Entry | BaseException) -> None:
+            told.append((tag, outcome))
+            if tag == "bad":
+                raise RuntimeError("a bug in the caller's bookkeeping")
+            if len(told) == 3:
+                done.set()
+
+        return record
+
+    with caplog.at_level(logging.ERROR, logger="magnetar.storage.engine"):
+        engine.submit("p", b"a", then("a"))
+        engine.submit("p", b"bad", then("bad"), count=2)
+        engine.submit("p", b"c", then("c"))
+        with pytest.raises(InvalidEntryError):  # refused at once, nothing queued or told
+            engine.submit("p", b"d", then("d"), count=0)
+        await asyncio.wait_for(done.wait(), 10)
+    entries = [(tag, e.base_offset) for tag, e in told if isinstance(e, Entry)]
+    assert entries == [("a", 0), ("bad", 1), ("c", 3)]
+    assert any("completion of an append to p failed" in r.getMessage() for r in caplog.records)
+    assert await read_all(engine, "p") == [(0, b"a"), (1, b"bad"), (3, b"c")]
+    # an append whose caller went away is written all the same
+    gone = asyncio.ensure_future(engine.append("p", b"gone"))
+    await asyncio.sleep(0)
+    gone.cancel()
+    assert (await engine.append("p", b"after")).base_offset == 5
+    assert await read_all(engine, "p", 4) == [(4, b"gone"), (5, b"after")]
 
 
 async def test_rollover_by_bytes_entries_and_age(open_engine: OpenEngine) -> None:
