@@ -19,12 +19,16 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
+import functools
 import json
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from magnetar.core.entries import Entry
+from magnetar.core.futures import resolve
 from magnetar.storage.engine import StorageEngine
 from magnetar.storage.errors import CorruptionError, FencedError, StorageError
 from magnetar.storage.ledger_records import Record
@@ -33,6 +37,8 @@ log = logging.getLogger(__name__)
 
 LOAD_CHUNK = 10_000  # entries read at a time while the index is rebuilt
 READ_CHUNK = 1000  # entries asked of the engine at a time by reads and checks
+
+Stored = Callable[[BaseException | None], None]  # told an add's outcome (None: durable)
 
 
 @dataclass(slots=True)
@@ -175,44 +181,74 @@ class LedgerStore:
         """Store ``record`` as its entry of the ledger; durable when this returns (under
         the engine's fsync policy). A resend of an entry held is answered at once. Raises
         FencedError on a fenced ledger unless ``recovery`` (a recoverer's write-back), and
-        what the engine raises (nothing of the entry is then stored)."""
+        what the engine raises (nothing of the entry is then stored). Cancelling the call
+        stops only the wait: the entry is stored (or fails) all the same."""
         if ledger_id in self._fenced and not recovery:
             raise FencedError(f"ledger {ledger_id} is fenced")
-        ledger = self._ledgers.setdefault(ledger_id, StoredLedger())
-        ledger.lac = max(ledger.lac, lac)
-        if record.entry_id in ledger.rows:  # a resend: already durable here
+        name = ledger_partition(ledger_id)
+        if not self.engine.has_partition(name):
+            await self.engine.create_partition(name)  # an add that precedes create()
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.start(ledger_id, record, functools.partial(resolve, done), lac=lac, recovery=recovery)
+        await done
+
+    def start(
+        self,
+        ledger_id: int,
+        record: Record,
+        then: Stored,
+        *,
+        lac: int = -1,
+        recovery: bool = False,
+    ) -> None:
+        """Start storing ``record`` now, with no wait before it reaches the engine's queue
+        (adds started one after another are stored in that order; the ledger must have
+        been created). ``then`` is told the outcome exactly once: None when the entry is
+        durable and indexed, else the error :meth:`add` would raise. It is called at once
+        for a refusal (FencedError) or a resend of an entry held, else from the engine's
+        flusher (it must not block), or, for an entry already in flight, once that one
+        settles."""
+        if ledger_id in self._fenced and not recovery:
+            then(FencedError(f"ledger {ledger_id} is fenced"))
             return
-        pending = ledger.in_flight.get(record.entry_id)
+        ledger = self._ledgers.setdefault(ledger_id, StoredLedger())
+        if lac > ledger.lac:
+            ledger.lac = lac
+        eid = record.entry_id
+        if eid in ledger.rows:  # a resend: already durable here
+            then(None)
+            return
+        pending = ledger.in_flight.get(eid)
         if pending is not None:
-            await asyncio.shield(pending)
+            pending.add_done_callback(lambda f: then(None if f.cancelled() else f.exception()))
             return
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        ledger.in_flight[record.entry_id] = done
+        ledger.in_flight[eid] = done
+
+        def stored(outcome: Entry | BaseException) -> None:
+            del ledger.in_flight[eid]
+            if isinstance(outcome, BaseException):
+                done.set_exception(outcome)
+                done.exception()  # retrieved: its waiters re-raise their own copy
+                then(outcome)
+                return
+            ledger.add(
+                eid, outcome.base_offset, record.base_offset, record.count, record.publish_time
+            )
+            done.set_result(None)
+            then(None)
+
         try:
-            name = ledger_partition(ledger_id)
-            if not self.engine.has_partition(name):
-                await self.engine.create_partition(name)
-            e = await self.engine.append(
-                name,
+            self.engine.submit(
+                ledger_partition(ledger_id),
                 record.pack(),
+                stored,
                 publish_time=record.publish_time,
                 event_time=record.event_time,
                 fmt=record.format,
             )
-            ledger.add(
-                record.entry_id,
-                e.base_offset,
-                record.base_offset,
-                record.count,
-                record.publish_time,
-            )
-            done.set_result(None)
-        except BaseException as e:
-            done.set_exception(e)
-            done.exception()  # retrieved: waiters re-raise their own copy
-            raise
-        finally:
-            del ledger.in_flight[record.entry_id]
+        except Exception as e:  # refused before anything was queued
+            stored(e)
 
     async def fence(self, ledger_id: int) -> StoredLedger | None:
         """Fence the ledger: adds accepted before finish first, the flag is on disk when
@@ -221,7 +257,7 @@ class LedgerStore:
             self._fenced.add(ledger_id)
             ledger = self._ledgers.get(ledger_id)
             if ledger is not None and ledger.in_flight:  # accepted before the fence
-                await asyncio.gather(*ledger.in_flight.values(), return_exceptions=True)
+                await asyncio.wait(list(ledger.in_flight.values()))
             # fences of several ledgers at once (a new owner recovers every topic of a
             # bundle together) each rewrite the whole file: one at a time, or two writers of
             # the same temporary file fail each other

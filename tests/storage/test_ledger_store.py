@@ -88,6 +88,27 @@ async def test_a_fence_waits_for_the_adds_accepted_before_it(
     await asyncio.gather(*adds)
 
 
+async def test_adds_started_in_a_row_keep_their_order_and_a_cancelled_one_is_indexed(
+    open_engine: OpenEngine, tmp_path: Path
+) -> None:
+    store = await _store(await open_engine(), tmp_path)
+    await store.create(6)
+    told: list[tuple[int, BaseException | None]] = []
+    for eid in range(3):
+        store.start(6, record(eid), lambda error, eid=eid: told.append((eid, error)))
+    gone = asyncio.ensure_future(store.add(6, record(3)))  # its caller goes away
+    await asyncio.sleep(0)
+    gone.cancel()
+    await store.add(6, record(4))
+    assert told == [(0, None), (1, None), (2, None)]
+    ledger = store.ledger(6)
+    assert ledger is not None and ledger.ids == [0, 1, 2, 3, 4]
+    assert [ledger.rows[eid][0] for eid in range(5)] == [0, 1, 2, 3, 4]  # engine offsets
+    await store.fence(6)
+    store.start(6, record(5), lambda error: told.append((5, error)))  # refused at once
+    assert isinstance(told[-1][1], FencedError)
+
+
 def test_the_prefix_of_entry_ids_ends_before_the_first_gap() -> None:
     ledger = StoredLedger()
     assert ledger.last_of_prefix == -1
