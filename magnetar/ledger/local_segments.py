@@ -15,10 +15,13 @@ entry lies past the prefix (or past the end the writer seals) and is never read.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 from dataclasses import dataclass
 
 from magnetar.core.entries import Entry
-from magnetar.ledger.segment_storage import Placement, SegmentSpec
+from magnetar.core.futures import resolve
+from magnetar.ledger.segment_storage import Placement, SegmentSpec, Settle
 from magnetar.storage import SegmentState
 from magnetar.storage.errors import FencedError, StorageError
 from magnetar.storage.ledger_records import Record
@@ -69,21 +72,38 @@ class LocalSegments:
 
     async def append(self, segment: int, entry_id: int, entry: Entry) -> None:
         """Durable (fsync policy of the engine) when it returns; FencedError once another
-        writer fenced the segment."""
+        writer fenced the segment. Cancelling the call stops only the wait."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.start_append(segment, entry_id, entry, functools.partial(resolve, done))
+        await done
+
+    def start_append(self, segment: int, entry_id: int, entry: Entry, then: Settle) -> None:
+        """:meth:`append` started now, its outcome told to ``then`` (at once for a
+        refusal, else from the engine's flusher): no task or future per entry."""
         seg = self._segments.get(segment)
+        refusal = self._refusal(segment, seg)
+        if refusal is not None:
+            then(refusal)
+            return
+        assert seg is not None  # an unknown segment is refused
+
+        def stored(error: BaseException | None) -> None:
+            if isinstance(error, StorageError) and seg.failed is None:
+                seg.failed = error
+            then(error)
+
+        self.store.start(segment, Record.of(entry_id, entry), stored)
+
+    def _refusal(self, segment: int, seg: _Segment | None) -> StorageError | None:
         if seg is None:
-            raise FencedError(f"segment {segment} is not open for writing here")
+            return FencedError(f"segment {segment} is not open for writing here")
         if self.store.is_fenced(segment):
-            raise FencedError(f"segment {segment} is fenced: another writer recovered it")
+            return FencedError(f"segment {segment} is fenced: another writer recovered it")
         if seg.failed is not None:
-            raise seg.failed
+            return seg.failed
         if seg.sealed is not None:
-            raise StorageError(f"segment {segment} is sealed at entry {seg.sealed}")
-        try:
-            await self.store.add(segment, Record.of(entry_id, entry))
-        except StorageError as e:
-            seg.failed = seg.failed or e
-            raise
+            return StorageError(f"segment {segment} is sealed at entry {seg.sealed}")
+        return None
 
     async def seal(self, segment: int, last_entry: int) -> None:
         """In memory: the writer records the end in the segment list (CLOSED, entries),

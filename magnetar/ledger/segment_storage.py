@@ -10,6 +10,7 @@ of segments it is told about (BookKeeper's client API is the model; docs/cluster
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -18,6 +19,7 @@ from magnetar.core.entries import Entry
 from magnetar.storage import SegmentInfo
 
 Placement = dict[str, Any]  # storage's own record of where a segment lives (JSON)
+Settle = Callable[[BaseException | None], None]  # told an append's outcome (None: durable)
 
 
 @dataclass(slots=True)
@@ -49,7 +51,8 @@ class SegmentSpec:
 class SegmentStorage(Protocol):
     """Where a segment's entries live. Entry ids of a segment are 0, 1, 2, ... in append
     order; the writer calls :meth:`append` in that order (an implementation registers an
-    entry before its first ``await``, so the call order is the order)."""
+    entry before its first ``await``, so the call order is the order), or, when the
+    storage offers it, ``start_append`` (:class:`StartsAppends`) with the same contract."""
 
     async def open_segment(self, spec: SegmentSpec) -> None:
         """Make a new, empty segment writable (replicated: choose its ensemble and quorums).
@@ -122,3 +125,35 @@ class RolloverPolicy:
             return True
         age_ms = now_ms - created_ms
         return bool(self.max_age_s and entries and age_ms >= self.max_age_s * 1000)
+
+
+class StartsAppends(Protocol):
+    """What a :class:`SegmentStorage` may offer besides ``append``: the same append,
+    started by a plain call that reports its outcome to a callback, so the writer spends
+    no task and no future of its own per entry (the local storage does)."""
+
+    def start_append(self, segment: int, entry_id: int, entry: Entry, then: Settle) -> None:
+        """Start :meth:`SegmentStorage.append` now (the call order is the order).
+        ``then`` is told its outcome exactly once, as ``append`` would return (None) or
+        raise, possibly before this returns; it must not block."""
+        ...
+
+
+def append_starter(storage: SegmentStorage) -> Callable[[int, int, Entry, Settle], None]:
+    """How to start an append of ``storage``: its own ``start_append`` if it has one, else
+    its ``append`` run as a task (started in call order) whose end is reported to ``then``."""
+    own: Callable[[int, int, Entry, Settle], None] | None = getattr(storage, "start_append", None)
+    if own is not None:
+        return own
+
+    def start(segment: int, entry_id: int, entry: Entry, then: Settle) -> None:
+        task = asyncio.ensure_future(storage.append(segment, entry_id, entry))
+        task.add_done_callback(lambda done: then(_outcome(done)))
+
+    return start
+
+
+def _outcome(done: asyncio.Future[None]) -> BaseException | None:
+    if done.cancelled():
+        return asyncio.CancelledError()
+    return done.exception()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import json
 import logging
 from collections.abc import Callable
@@ -21,12 +22,14 @@ from urllib.parse import quote
 
 from magnetar.core.clock import Clock
 from magnetar.core.entries import Entry
+from magnetar.core.futures import resolve
 from magnetar.ledger.segment_storage import (
     Placement,
     RolloverPolicy,
     SegmentRecord,
     SegmentSpec,
     SegmentStorage,
+    append_starter,
 )
 from magnetar.meta import MetadataStore
 from magnetar.meta.counters import reserve_block
@@ -80,7 +83,8 @@ class _Open:
         self.assigned_bytes = 0  # stored size of the entries handed to storage
         self.lac = -1  # the last entry acknowledged, every one before it too
         self.acked: dict[int, Entry] = {}  # acknowledged above lac, out of order
-        self.in_flight: set[asyncio.Future[None]] = set()
+        self.in_flight = 0  # appends handed to storage that have not ended
+        self.idle: asyncio.Future[None] | None = None  # set when in_flight falls to 0
         self.failed: StorageError | None = None
 
     @property
@@ -89,7 +93,12 @@ class _Open:
 
 
 class SegmentWriter:
-    """The only writer of one partition. Create with :meth:`open`."""
+    """The only writer of one partition. Create with :meth:`open`.
+
+    ``on_confirmed`` is told each entry once it and every earlier one of its segment are
+    acknowledged, in offset order, from wherever storage reports an append's end (the
+    local engine's flusher, say): it must not block.
+    """
 
     def __init__(
         self,
@@ -118,6 +127,7 @@ class SegmentWriter:
         self._open: _Open | None = None
         self._saving = asyncio.Lock()  # metadata writes one at a time (their versions chain)
         self._on_confirmed = on_confirmed
+        self._start_append = append_starter(storage)
 
     @classmethod
     async def open(
@@ -224,13 +234,18 @@ class SegmentWriter:
             seg.next_eid += 1
             seg.assigned_bytes += entry.stored_size
             self.end += count
-            # started now, under the lock: storage takes the segment's entries in id order
-            sent = asyncio.ensure_future(self.storage.append(seg.segment_id, eid, entry))
-            seg.in_flight.add(sent)
-            sent.add_done_callback(lambda done: self._settled(seg, eid, entry, done))
-        # A caller that goes away (a closed connection) must not cut an append in flight
-        # short: the segment's later entries depend on it.
-        await asyncio.shield(sent)
+            # A caller that goes away (a closed connection) must not cut an append in
+            # flight short, the segment's later entries depend on it: its end is accounted
+            # for by _settled whatever happens to ``done``, which only wakes the caller.
+            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            seg.in_flight += 1
+            settle = functools.partial(self._settled, seg, eid, entry, done)
+            try:
+                # started now, under the lock: storage takes the segment's entries in id order
+                self._start_append(seg.segment_id, eid, entry, settle)
+            except Exception as e:  # a storage that raises instead of telling ``settle``
+                settle(e)
+        await done
         if eid > seg.lac and seg.failed is not None:
             raise seg.failed  # never acknowledged: an earlier entry of the segment failed
         return entry
@@ -257,20 +272,30 @@ class SegmentWriter:
         due = self.policy.due(seg.assigned_bytes, seg.next_eid, created, now)
         return due and self.storage.can_roll(seg.segment_id)
 
-    def _settled(self, seg: _Open, eid: int, entry: Entry, done: asyncio.Future[None]) -> None:
-        """Account for an append that ended; acknowledgements apply in entry-id order."""
-        seg.in_flight.discard(done)
-        if done.cancelled():
-            self._fail(seg, StorageError(f"an append to {self.name} was cancelled"))
-            return
-        error = done.exception()
+    def _settled(
+        self,
+        seg: _Open,
+        eid: int,
+        entry: Entry,
+        done: asyncio.Future[None],
+        error: BaseException | None,
+    ) -> None:
+        """Account for an append that ended (told by storage, maybe before its start
+        returned); acknowledgements apply in entry-id order. Then wake its caller."""
+        seg.in_flight -= 1
         if error is not None:
-            self._fail(seg, error if isinstance(error, StorageError) else StorageError(str(error)))
-            return
-        seg.acked[eid] = entry
-        while seg.lac + 1 in seg.acked:
-            seg.lac += 1
-            self._confirmed(seg.record.info, seg.acked.pop(seg.lac))
+            failed = error if isinstance(error, StorageError) else StorageError(str(error))
+            if isinstance(error, asyncio.CancelledError):
+                failed = StorageError(f"an append to {self.name} was cancelled")
+            self._fail(seg, failed)
+        else:
+            seg.acked[eid] = entry
+            while seg.lac + 1 in seg.acked:
+                seg.lac += 1
+                self._confirmed(seg.record.info, seg.acked.pop(seg.lac))
+        if seg.in_flight == 0 and seg.idle is not None:
+            resolve(seg.idle, None)
+        resolve(done, error)
 
     def _confirmed(self, info: SegmentInfo, entry: Entry) -> None:
         info.end_offset = entry.next_offset
@@ -316,8 +341,9 @@ class SegmentWriter:
         seg = self._open
         if seg is None:
             return
-        if seg.in_flight:
-            await asyncio.wait(list(seg.in_flight))
+        while seg.in_flight:
+            seg.idle = asyncio.get_running_loop().create_future()
+            await seg.idle
         await self.storage.seal(seg.segment_id, seg.lac)
         info = seg.record.info
         closed = dataclasses.replace(

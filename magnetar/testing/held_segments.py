@@ -5,14 +5,23 @@ unchanged over a real one (``magnetar.ledger.local_segments`` on a real engine).
 While ``hold`` is set, an append waits before it reaches the storage beneath, until
 :meth:`HeldSegments.release_appends` lets the held ones through in the order they came;
 :meth:`HeldSegments.fail_next` fails the next append of a segment and every later one.
+Both ways of appending are held and failed alike: ``append`` and, for the writer,
+``start_append`` (the inner storage's own if it has one, so its fast path is the one tested).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from magnetar.core.entries import Entry
-from magnetar.ledger.segment_storage import Placement, SegmentSpec, SegmentStorage
+from magnetar.ledger.segment_storage import (
+    Placement,
+    SegmentSpec,
+    SegmentStorage,
+    Settle,
+    append_starter,
+)
 from magnetar.storage.errors import StorageError
 
 
@@ -22,7 +31,8 @@ class HeldSegments:
     def __init__(self, inner: SegmentStorage) -> None:
         self.inner = inner
         self.hold = False
-        self._held: list[asyncio.Future[None]] = []
+        self._held: list[Callable[[], None]] = []  # each lets one held append go on
+        self._start = append_starter(inner)
         self._failed: dict[int, StorageError] = {}
 
     def fail_next(self, segment: int, error: StorageError) -> None:
@@ -38,8 +48,8 @@ class HeldSegments:
         """Let every held append go on to the storage beneath, in order; returns how many.
         Each is durable once its own call returns, as the storage beneath says."""
         held, self._held = self._held, []
-        for done in held:
-            done.set_result(None)
+        for go_on in held:
+            go_on()
         return len(held)
 
     async def append(self, segment: int, entry_id: int, entry: Entry) -> None:
@@ -48,9 +58,18 @@ class HeldSegments:
             raise failed
         if self.hold:
             done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._held.append(done)
+            self._held.append(lambda: done.set_result(None))
             await done  # resumed in release order, then hands the entry on at once
         await self.inner.append(segment, entry_id, entry)
+
+    def start_append(self, segment: int, entry_id: int, entry: Entry, then: Settle) -> None:
+        failed = self._failed.get(segment)
+        if failed is not None:
+            then(failed)
+        elif self.hold:
+            self._held.append(lambda: self._start(segment, entry_id, entry, then))
+        else:
+            self._start(segment, entry_id, entry, then)
 
     async def open_segment(self, spec: SegmentSpec) -> None:
         await self.inner.open_segment(spec)
