@@ -67,3 +67,11 @@ class Record:
             self.payload,
             segment_id=ledger_id,
         )
+
+
+def pack_entry(entry_id: int, entry: Entry) -> bytes:
+    """``Record.of(entry_id, entry).pack()``, without the record in between (the local
+    writer's path: one per append)."""
+    e = entry
+    head = RECORD.pack(entry_id, e.base_offset, e.count, e.publish_time, e.event_time, e.format)
+    return head + e.payload

@@ -31,7 +31,7 @@ from magnetar.core.entries import Entry
 from magnetar.core.futures import resolve
 from magnetar.storage.engine import StorageEngine
 from magnetar.storage.errors import CorruptionError, FencedError, StorageError
-from magnetar.storage.ledger_records import Record
+from magnetar.storage.ledger_records import Record, pack_entry
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,8 @@ class StoredLedger:
     ids: list[int] = field(default_factory=list)  # ascending
     rows: dict[int, tuple[int, int, int, int]] = field(default_factory=dict)
     lac: int = -1  # the last add confirmed, as the writer told it (-1: never told)
-    in_flight: dict[int, asyncio.Future[None]] = field(default_factory=dict)
+    # entry id -> who else waits for the add in flight (a resend, a fence): told its end
+    in_flight: dict[int, tuple[Stored, ...]] = field(default_factory=dict)
     damaged: str = ""  # what a read, check or load found wrong with this copy ("": nothing)
 
     def add(self, eid: int, local: int, base: int, count: int, ts: int) -> None:
@@ -88,6 +89,21 @@ class LedgerRead:
 
     records: list[Record]
     damaged_at: int | None = None
+
+
+def _stored(
+    ledger: StoredLedger, eid: int, entry: Entry, then: Stored, outcome: Entry | BaseException
+) -> None:
+    """The engine's word on the add of ``eid``: index it if stored, then tell its waiters."""
+    others = ledger.in_flight.pop(eid, ())
+    error = None
+    if isinstance(outcome, BaseException):
+        error = outcome
+    else:  # outcome: the engine's entry, at its place in the ledger's partition
+        ledger.add(eid, outcome.base_offset, entry.base_offset, entry.count, entry.publish_time)
+    then(error)
+    for other in others:
+        other(error)
 
 
 def ledger_partition(ledger_id: int) -> str:
@@ -211,41 +227,48 @@ class LedgerStore:
         if ledger_id in self._fenced and not recovery:
             then(FencedError(f"ledger {ledger_id} is fenced"))
             return
-        ledger = self._ledgers.setdefault(ledger_id, StoredLedger())
+        self._start(ledger_id, record.entry(ledger_id), record.entry_id, record.pack(), then, lac)
+
+    def start_entry(self, ledger_id: int, entry_id: int, entry: Entry, then: Stored) -> None:
+        """:meth:`start` for the record of ``entry`` as ``entry_id`` (a local writer's add:
+        the record is packed straight from the entry, the same bytes)."""
+        if ledger_id in self._fenced:
+            then(FencedError(f"ledger {ledger_id} is fenced"))
+            return
+        self._start(ledger_id, entry, entry_id, pack_entry(entry_id, entry), then, -1)
+
+    def _start(
+        self,
+        ledger_id: int,
+        entry: Entry,
+        eid: int,
+        packed: bytes,
+        then: Stored,
+        lac: int,
+    ) -> None:
+        ledger = self._ledgers.get(ledger_id)
+        if ledger is None:
+            ledger = self._ledgers[ledger_id] = StoredLedger()
         if lac > ledger.lac:
             ledger.lac = lac
-        eid = record.entry_id
         if eid in ledger.rows:  # a resend: already durable here
             then(None)
             return
-        pending = ledger.in_flight.get(eid)
-        if pending is not None:
-            pending.add_done_callback(lambda f: then(None if f.cancelled() else f.exception()))
+        waiting = ledger.in_flight.get(eid)
+        if waiting is not None:  # a resend of an add in flight: told when it ends
+            ledger.in_flight[eid] = (*waiting, then)
             return
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        ledger.in_flight[eid] = done
-
-        def stored(outcome: Entry | BaseException) -> None:
-            del ledger.in_flight[eid]
-            if isinstance(outcome, BaseException):
-                done.set_exception(outcome)
-                done.exception()  # retrieved: its waiters re-raise their own copy
-                then(outcome)
-                return
-            ledger.add(
-                eid, outcome.base_offset, record.base_offset, record.count, record.publish_time
-            )
-            done.set_result(None)
-            then(None)
-
+        ledger.in_flight[eid] = ()
+        # a partial, not a closure: one object per add less for the garbage collector
+        stored = functools.partial(_stored, ledger, eid, entry, then)
         try:
             self.engine.submit(
                 ledger_partition(ledger_id),
-                record.pack(),
+                packed,
                 stored,
-                publish_time=record.publish_time,
-                event_time=record.event_time,
-                fmt=record.format,
+                publish_time=entry.publish_time,
+                event_time=entry.event_time,
+                fmt=entry.format,
             )
         except Exception as e:  # refused before anything was queued
             stored(e)
@@ -257,13 +280,20 @@ class LedgerStore:
             self._fenced.add(ledger_id)
             ledger = self._ledgers.get(ledger_id)
             if ledger is not None and ledger.in_flight:  # accepted before the fence
-                await asyncio.wait(list(ledger.in_flight.values()))
+                await asyncio.wait([self._ended(ledger, eid) for eid in ledger.in_flight])
             # fences of several ledgers at once (a new owner recovers every topic of a
             # bundle together) each rewrite the whole file: one at a time, or two writers of
             # the same temporary file fail each other
             async with self._fence_saving:
                 await asyncio.to_thread(self._save_fences)
         return self._ledgers.get(ledger_id)
+
+    @staticmethod
+    def _ended(ledger: StoredLedger, eid: int) -> asyncio.Future[None]:
+        """A future done when the add of ``eid`` in flight ends, however it ends."""
+        ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        ledger.in_flight[eid] += (lambda error: resolve(ended, None),)
+        return ended
 
     def _save_fences(self) -> None:
         tmp = self.fence_file.with_suffix(".tmp")

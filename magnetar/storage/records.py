@@ -60,6 +60,15 @@ def check_header_fields(
     count: int, publish_time: int, event_time: int, fmt: int, size: int
 ) -> None:
     """Raise InvalidEntryError unless an entry header can hold these values."""
+    lo, hi = _INT64
+    if (
+        0 < count < 1 << 31
+        and lo <= publish_time <= hi
+        and lo <= event_time <= hi
+        and 0 <= fmt < 256
+        and size <= MAX_ENTRY_SIZE
+    ):
+        return  # every append pays for this check: the common case says so at once
     problems = [
         f"count {count} is not within 1..{(1 << 31) - 1}" if not 0 < count < 1 << 31 else "",
         f"publish time {publish_time} does not fit in int64"

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from magnetar.core.entries import Entry
 from magnetar.storage import StorageEngine
 from magnetar.storage.errors import FencedError
-from magnetar.storage.ledger_records import Record
+from magnetar.storage.ledger_records import RECORD, Record, pack_entry
 from magnetar.storage.ledger_store import LedgerStore, StoredLedger
 from tests.storage.conftest import OpenEngine, reopen
 
@@ -107,6 +108,16 @@ async def test_adds_started_in_a_row_keep_their_order_and_a_cancelled_one_is_ind
     await store.fence(6)
     store.start(6, record(5), lambda error: told.append((5, error)))  # refused at once
     assert isinstance(told[-1][1], FencedError)
+
+
+def test_a_record_packed_from_an_entry_has_the_on_disk_layout() -> None:
+    entry = Entry(40, 3, 1_700_000_000_000, -1, 2, b"batch", segment_id=9)
+    packed = pack_entry(7, entry)
+    assert packed == Record.of(7, entry).pack()
+    assert packed[: RECORD.size] == bytes.fromhex(
+        "00000000000000070000000000000028000000030000018bcfe56800ffffffffffffffff02"
+    )
+    assert Record.unpack(packed).entry(9) == entry
 
 
 def test_the_prefix_of_entry_ids_ends_before_the_first_gap() -> None:
