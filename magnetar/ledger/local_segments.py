@@ -24,7 +24,6 @@ from magnetar.core.futures import resolve
 from magnetar.ledger.segment_storage import Placement, SegmentSpec, Settle
 from magnetar.storage import SegmentState
 from magnetar.storage.errors import FencedError, StorageError
-from magnetar.storage.ledger_records import Record
 from magnetar.storage.ledger_store import LedgerStore
 
 LOCAL: Placement = {"local": True}
@@ -86,13 +85,7 @@ class LocalSegments:
             then(refusal)
             return
         assert seg is not None  # an unknown segment is refused
-
-        def stored(error: BaseException | None) -> None:
-            if isinstance(error, StorageError) and seg.failed is None:
-                seg.failed = error
-            then(error)
-
-        self.store.start(segment, Record.of(entry_id, entry), stored)
+        self.store.start_entry(segment, entry_id, entry, functools.partial(_stored, seg, then))
 
     def _refusal(self, segment: int, seg: _Segment | None) -> StorageError | None:
         if seg is None:
@@ -150,3 +143,10 @@ class LocalSegments:
     async def delete(self, segment: int) -> None:
         await self.store.delete(segment)
         self._segments.pop(segment, None)
+
+
+def _stored(seg: _Segment, then: Settle, error: BaseException | None) -> None:
+    """The store's word on an append: a failure fails the segment's later appends."""
+    if isinstance(error, StorageError) and seg.failed is None:
+        seg.failed = error
+    then(error)

@@ -122,6 +122,7 @@ class SegmentWriter:
         self.start = 0  # first retained offset
         self.end = 0  # the next offset to hand out (appends in flight included)
         self.lock = asyncio.Lock()  # one append (assign + send), roll or list change at a time
+        self._queued = 0  # appends waiting for the lock (a later one must not pass them)
         self.fenced: FencedError | None = None
         self.recovered = 0  # segments of a previous writer recovered at open
         self._open: _Open | None = None
@@ -227,28 +228,57 @@ class SegmentWriter:
         If it raises, nothing of it was acknowledged."""
         ts = self.clock.now_ms() if publish_time is None else publish_time
         check_header_fields(count, ts, event_time, fmt, len(payload))
-        async with self.lock:
-            seg = await self._writable()
-            eid = seg.next_eid
-            entry = Entry(self.end, count, ts, event_time, fmt, payload, seg.segment_id)
-            seg.next_eid += 1
-            seg.assigned_bytes += entry.stored_size
-            self.end += count
-            # A caller that goes away (a closed connection) must not cut an append in
-            # flight short, the segment's later entries depend on it: its end is accounted
-            # for by _settled whatever happens to ``done``, which only wakes the caller.
-            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            seg.in_flight += 1
-            settle = functools.partial(self._settled, seg, eid, entry, done)
+        seg = self._open
+        if (
+            seg is not None
+            and seg.failed is None
+            and self.fenced is None
+            and not self.lock.locked()
+            and not self._queued
+            and not self._due(seg)
+        ):
+            # The common case, with no await before the entry is handed on: nothing holds
+            # the lock or waits for it (no roll, no list change, no earlier append queued),
+            # and nothing can start one before this call returns to the loop.
+            eid, done = self._send(seg, payload, count, ts, event_time, fmt)
+        else:
+            self._queued += 1
             try:
-                # started now, under the lock: storage takes the segment's entries in id order
-                self._start_append(seg.segment_id, eid, entry, settle)
-            except Exception as e:  # a storage that raises instead of telling ``settle``
-                settle(e)
-        await done
+                await self.lock.acquire()
+            finally:
+                self._queued -= 1
+            try:
+                seg = await self._writable()
+                eid, done = self._send(seg, payload, count, ts, event_time, fmt)
+            finally:
+                self.lock.release()
+        entry = await done
         if eid > seg.lac and seg.failed is not None:
             raise seg.failed  # never acknowledged: an earlier entry of the segment failed
         return entry
+
+    def _send(
+        self, seg: _Open, payload: bytes, count: int, ts: int, event_time: int, fmt: int
+    ) -> tuple[int, asyncio.Future[Entry]]:
+        """Give the next entry id and offsets to an entry and hand it to storage (no await:
+        storage takes the segment's entries in id order). Returns its id and the future
+        its caller waits on."""
+        eid = seg.next_eid
+        entry = Entry(self.end, count, ts, event_time, fmt, payload, seg.record.info.segment_id)
+        seg.next_eid += 1
+        seg.assigned_bytes += entry.stored_size
+        self.end += count
+        # A caller that goes away (a closed connection) must not cut an append in flight
+        # short, the segment's later entries depend on it: its end is accounted for by
+        # _settled whatever happens to ``done``, which only wakes the caller.
+        done: asyncio.Future[Entry] = asyncio.get_running_loop().create_future()
+        seg.in_flight += 1
+        settle = functools.partial(self._settled, seg, eid, entry, done)
+        try:
+            self._start_append(entry.segment_id, eid, entry, settle)
+        except Exception as e:  # a storage that raises instead of telling ``settle``
+            settle(e)
+        return eid, done
 
     async def _writable(self) -> _Open:
         """The open segment to append to: a new one after a failure or when it is due."""
@@ -277,13 +307,16 @@ class SegmentWriter:
         seg: _Open,
         eid: int,
         entry: Entry,
-        done: asyncio.Future[None],
+        done: asyncio.Future[Entry],
         error: BaseException | None,
     ) -> None:
         """Account for an append that ended (told by storage, maybe before its start
         returned); acknowledgements apply in entry-id order. Then wake its caller."""
         seg.in_flight -= 1
-        if error is not None:
+        if error is None and eid == seg.lac + 1 and not seg.acked:  # the usual: in order
+            seg.lac = eid
+            self._confirmed(seg.record.info, entry)
+        elif error is not None:
             failed = error if isinstance(error, StorageError) else StorageError(str(error))
             if isinstance(error, asyncio.CancelledError):
                 failed = StorageError(f"an append to {self.name} was cancelled")
@@ -295,7 +328,7 @@ class SegmentWriter:
                 self._confirmed(seg.record.info, seg.acked.pop(seg.lac))
         if seg.in_flight == 0 and seg.idle is not None:
             resolve(seg.idle, None)
-        resolve(done, error)
+        resolve(done, entry if error is None else error)
 
     def _confirmed(self, info: SegmentInfo, entry: Entry) -> None:
         info.end_offset = entry.next_offset
