@@ -202,3 +202,19 @@ async def test_appends_in_flight_count_toward_the_size_limit(segments: Segments)
         await asyncio.sleep(0)
     assert [e.base_offset for e in await asyncio.gather(*burst)] == [0, 1, 2, 3, 4]
     assert [r.info.entries for r in writer.records] == [2, 2, 1]
+
+
+async def test_an_append_never_passes_appends_queued_for_the_lock(segments: Segments) -> None:
+    """Appends waiting behind a roll or a list change keep their place: one that arrives
+    once the lock is free, before they ran, is numbered after them."""
+    meta, storage = MemoryMetadataStore(), segments.storage
+    writer = await _writer(meta, storage)
+    await writer.append(b"0")  # the segment is open: later appends need no lock to start
+    async with writer.lock:  # a roll, say
+        queued = [asyncio.ensure_future(writer.append(b"%d" % i)) for i in (1, 2)]
+        await asyncio.sleep(0)  # each runs up to the lock and waits there
+        assert not any(a.done() for a in queued)
+    late = await writer.append(b"3")  # the lock is free, but two appends wait for it
+    assert [(await a).base_offset for a in queued] == [1, 2] and late.base_offset == 3
+    stored = await segments.stored(writer.records[-1].info.segment_id)
+    assert [stored[eid].payload for eid in sorted(stored)] == [b"0", b"1", b"2", b"3"]
