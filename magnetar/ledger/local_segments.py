@@ -80,11 +80,14 @@ class LocalSegments:
         """:meth:`append` started now, its outcome told to ``then`` (at once for a
         refusal, else from the engine's flusher): no task or future per entry."""
         seg = self._segments.get(segment)
-        refusal = self._refusal(segment, seg)
-        if refusal is not None:
-            then(refusal)
+        if (
+            seg is None
+            or seg.failed is not None
+            or seg.sealed is not None
+            or self.store.is_fenced(segment)
+        ):
+            then(self._refusal(segment, seg))
             return
-        assert seg is not None  # an unknown segment is refused
         self.store.start_entry(segment, entry_id, entry, functools.partial(_stored, seg, then))
 
     def _refusal(self, segment: int, seg: _Segment | None) -> StorageError | None:

@@ -298,7 +298,8 @@ class SegmentWriter:
         return seg
 
     def _due(self, seg: _Open) -> bool:
-        created, now = seg.record.info.created_ms, self.clock.now_ms()
+        created = seg.record.info.created_ms
+        now = self.clock.now_ms() if self.policy.max_age_s else created  # no clock: no age
         due = self.policy.due(seg.assigned_bytes, seg.next_eid, created, now)
         return due and self.storage.can_roll(seg.segment_id)
 

@@ -224,28 +224,26 @@ class LedgerStore:
         for a refusal (FencedError) or a resend of an entry held, else from the engine's
         flusher (it must not block), or, for an entry already in flight, once that one
         settles."""
+        self.start_entry(
+            ledger_id, record.entry_id, record.entry(ledger_id), then, lac=lac, recovery=recovery
+        )
+
+    def start_entry(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        entry: Entry,
+        then: Stored,
+        *,
+        lac: int = -1,
+        recovery: bool = False,
+    ) -> None:
+        """:meth:`start` for the record of ``entry`` as ``entry_id``, packed straight from
+        the entry (the same bytes; a local writer's add)."""
         if ledger_id in self._fenced and not recovery:
             then(FencedError(f"ledger {ledger_id} is fenced"))
             return
-        self._start(ledger_id, record.entry(ledger_id), record.entry_id, record.pack(), then, lac)
-
-    def start_entry(self, ledger_id: int, entry_id: int, entry: Entry, then: Stored) -> None:
-        """:meth:`start` for the record of ``entry`` as ``entry_id`` (a local writer's add:
-        the record is packed straight from the entry, the same bytes)."""
-        if ledger_id in self._fenced:
-            then(FencedError(f"ledger {ledger_id} is fenced"))
-            return
-        self._start(ledger_id, entry, entry_id, pack_entry(entry_id, entry), then, -1)
-
-    def _start(
-        self,
-        ledger_id: int,
-        entry: Entry,
-        eid: int,
-        packed: bytes,
-        then: Stored,
-        lac: int,
-    ) -> None:
+        eid = entry_id
         ledger = self._ledgers.get(ledger_id)
         if ledger is None:
             ledger = self._ledgers[ledger_id] = StoredLedger()
@@ -264,7 +262,7 @@ class LedgerStore:
         try:
             self.engine.submit(
                 ledger_partition(ledger_id),
-                packed,
+                pack_entry(eid, entry),
                 stored,
                 publish_time=entry.publish_time,
                 event_time=entry.event_time,
