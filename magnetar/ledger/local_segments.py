@@ -24,7 +24,7 @@ from magnetar.core.futures import resolve
 from magnetar.ledger.segment_storage import Placement, SegmentSpec, Settle
 from magnetar.storage import SegmentState
 from magnetar.storage.errors import FencedError, StorageError
-from magnetar.storage.ledger_store import LedgerStore
+from magnetar.storage.ledger_store import LedgerStore, StoredLedger
 
 LOCAL: Placement = {"local": True}
 MAX_READ_BYTES = 64 << 20
@@ -33,7 +33,9 @@ MAX_READ_BYTES = 64 << 20
 @dataclass(slots=True)
 class _Segment:
     sealed: int | None = None  # the last entry once sealed (CLOSED); None while open
-    failed: StorageError | None = None  # an append failed: every later one fails too
+    # what the store holds of it, once opened here: an add of it that failed
+    # (``StoredLedger.failed``) fails every later append of the segment
+    ledger: StoredLedger | None = None
 
 
 class LocalSegments:
@@ -47,7 +49,7 @@ class LocalSegments:
     async def open_segment(self, spec: SegmentSpec) -> None:
         """Create the segment's partition (durable), so appends reach the engine in order."""
         await self.store.create(spec.segment_id)
-        self._segments[spec.segment_id] = _Segment()
+        self._segments[spec.segment_id] = _Segment(ledger=self.store.ledger(spec.segment_id))
 
     def attach(self, spec: SegmentSpec, placement: Placement) -> None:
         if placement and placement != LOCAL:
@@ -80,26 +82,27 @@ class LocalSegments:
         """:meth:`append` started now, its outcome told to ``then`` (at once for a
         refusal, else from the engine's flusher): no task or future per entry."""
         seg = self._segments.get(segment)
+        ledger = seg.ledger if seg is not None else None
         if (
-            seg is None
-            or seg.failed is not None
+            ledger is None
+            or ledger.failed is not None
+            or seg is None
             or seg.sealed is not None
             or self.store.is_fenced(segment)
         ):
             then(self._refusal(segment, seg))
             return
-        self.store.start_entry(segment, entry_id, entry, functools.partial(_stored, seg, then))
+        self.store.start_entry(segment, entry_id, entry, then)
 
-    def _refusal(self, segment: int, seg: _Segment | None) -> StorageError | None:
-        if seg is None:
+    def _refusal(self, segment: int, seg: _Segment | None) -> BaseException:
+        ledger = seg.ledger if seg is not None else None
+        if seg is None or ledger is None:
             return FencedError(f"segment {segment} is not open for writing here")
         if self.store.is_fenced(segment):
             return FencedError(f"segment {segment} is fenced: another writer recovered it")
-        if seg.failed is not None:
-            return seg.failed
-        if seg.sealed is not None:
-            return StorageError(f"segment {segment} is sealed at entry {seg.sealed}")
-        return None
+        if ledger.failed is not None:
+            return ledger.failed
+        return StorageError(f"segment {segment} is sealed at entry {seg.sealed}")
 
     async def seal(self, segment: int, last_entry: int) -> None:
         """In memory: the writer records the end in the segment list (CLOSED, entries),
@@ -146,10 +149,3 @@ class LocalSegments:
     async def delete(self, segment: int) -> None:
         await self.store.delete(segment)
         self._segments.pop(segment, None)
-
-
-def _stored(seg: _Segment, then: Settle, error: BaseException | None) -> None:
-    """The store's word on an append: a failure fails the segment's later appends."""
-    if isinstance(error, StorageError) and seg.failed is None:
-        seg.failed = error
-    then(error)

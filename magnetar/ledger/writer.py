@@ -21,7 +21,7 @@ from typing import Any
 from urllib.parse import quote
 
 from magnetar.core.clock import Clock
-from magnetar.core.entries import Entry
+from magnetar.core.entries import ENTRY_HEADER_SIZE, Entry
 from magnetar.core.futures import resolve
 from magnetar.ledger.segment_storage import (
     Placement,
@@ -228,14 +228,17 @@ class SegmentWriter:
         If it raises, nothing of it was acknowledged."""
         ts = self.clock.now_ms() if publish_time is None else publish_time
         check_header_fields(count, ts, event_time, fmt, len(payload))
-        seg = self._open
+        seg, policy = self._open, self.policy
         if (
             seg is not None
             and seg.failed is None
             and self.fenced is None
             and not self.lock.locked()
             and not self._queued
-            and not self._due(seg)
+            # well inside the limits (else _writable asks the policy): no calls to pay
+            and seg.assigned_bytes < policy.max_bytes
+            and (not policy.max_entries or seg.next_eid < policy.max_entries)
+            and (not policy.max_age_s or not self._due(seg))
         ):
             # The common case, with no await before the entry is handed on: nothing holds
             # the lock or waits for it (no roll, no list change, no earlier append queued),
@@ -266,7 +269,7 @@ class SegmentWriter:
         eid = seg.next_eid
         entry = Entry(self.end, count, ts, event_time, fmt, payload, seg.record.info.segment_id)
         seg.next_eid += 1
-        seg.assigned_bytes += entry.stored_size
+        seg.assigned_bytes += ENTRY_HEADER_SIZE + len(payload)  # entry.stored_size
         self.end += count
         # A caller that goes away (a closed connection) must not cut an append in flight
         # short, the segment's later entries depend on it: its end is accounted for by
@@ -329,15 +332,22 @@ class SegmentWriter:
                 self._confirmed(seg.record.info, seg.acked.pop(seg.lac))
         if seg.in_flight == 0 and seg.idle is not None:
             resolve(seg.idle, None)
-        resolve(done, entry if error is None else error)
+        if done.done():  # its caller went away
+            return
+        if error is None:
+            done.set_result(entry)
+        else:
+            done.set_exception(error)
 
     def _confirmed(self, info: SegmentInfo, entry: Entry) -> None:
-        info.end_offset = entry.next_offset
+        # once per append: arithmetic in place of Entry's properties and max()
+        info.end_offset = entry.base_offset + entry.count
         info.entries += 1
-        info.size += entry.stored_size
+        info.size += ENTRY_HEADER_SIZE + len(entry.payload)
         if info.first_publish_time == NO_TIME:
             info.first_publish_time = entry.publish_time
-        info.max_publish_time = max(info.max_publish_time, entry.publish_time)
+        if entry.publish_time > info.max_publish_time:
+            info.max_publish_time = entry.publish_time
         if self._on_confirmed is not None:
             self._on_confirmed(entry)
 

@@ -52,6 +52,7 @@ class StoredLedger:
     # entry id -> who else waits for the add in flight (a resend, a fence): told its end
     in_flight: dict[int, tuple[Stored, ...]] = field(default_factory=dict)
     damaged: str = ""  # what a read, check or load found wrong with this copy ("": nothing)
+    failed: BaseException | None = None  # the first add that failed here since it opened
 
     def add(self, eid: int, local: int, base: int, count: int, ts: int) -> None:
         self.rows[eid] = (local, base, count, ts)
@@ -99,6 +100,8 @@ def _stored(
     error = None
     if isinstance(outcome, BaseException):
         error = outcome
+        if ledger.failed is None:
+            ledger.failed = error
     else:  # outcome: the engine's entry, at its place in the ledger's partition
         ledger.add(eid, outcome.base_offset, entry.base_offset, entry.count, entry.publish_time)
     then(error)

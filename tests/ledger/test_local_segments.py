@@ -5,18 +5,21 @@ stored past a failure, a partition of another storage). On real engines in ``tmp
 from __future__ import annotations
 
 import asyncio
+import errno
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from magnetar.core.config import Settings, build_settings
+from magnetar.core.entries import Entry
 from magnetar.ledger.local_segments import LocalSegments
 from magnetar.ledger.segment_storage import RolloverPolicy, SegmentRecord, SegmentSpec
 from magnetar.ledger.writer import SegmentIds, SegmentWriter
 from magnetar.meta import MetadataStore, open_metadata_store
 from magnetar.storage import SegmentInfo, SegmentState, StorageEngine, StorageSettings
-from magnetar.storage.errors import FencedError, StorageError
+from magnetar.storage.errors import FencedError, StorageError, WriteFailedError
 from magnetar.storage.ledger_records import Record
 from magnetar.storage.ledger_store import LedgerStore
 from magnetar.testing.clock import ManualClock
@@ -147,3 +150,30 @@ async def test_appends_to_many_segments_share_group_commits(node: Node) -> None:
     await asyncio.gather(*appends)
     assert engine.stats.flushes - before < 400  # fewer fsyncs than appends
     assert writer.end == other.end == 200
+
+
+async def test_an_append_the_engine_fails_fails_every_later_one_of_its_segment(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The disk fails one group commit (an fsync error, injected): that append fails, the
+    segment refuses every later append even once the disk is fine, and the writer goes on
+    in a new segment from the last acknowledged entry."""
+    segments, writer = await node.open()
+    await writer.append(b"kept")
+    sid = writer.segments()[-1].segment_id
+    fsync = os.fsync
+
+    def failing_fsync(fd: int) -> None:
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(os, "fsync", failing_fsync)
+    with pytest.raises(WriteFailedError):
+        await writer.append(b"lost")
+    monkeypatch.setattr(os, "fsync", fsync)
+    with pytest.raises(WriteFailedError):  # the segment itself, not only the writer
+        await segments.append(sid, 1, Entry(1, 1, 0, -1, 0, b"late", sid))
+    assert (await writer.append(b"next")).base_offset == 1
+    first, second = writer.segments()
+    assert (first.segment_id, first.state, first.entries) == (sid, SegmentState.CLOSED, 1)
+    assert (second.state, second.first_offset, second.entries) == (SegmentState.OPEN, 1, 1)
+    assert await _read_all(segments, writer) == [b"kept", b"next"]
