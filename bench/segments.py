@@ -16,7 +16,10 @@ partition API directly (issue 13). This measures what that costs, per entry size
 
 All with ``fsync=always``. A phase stops after ``--messages`` or ``--budget-seconds``. The
 phases alternate (engine, segments, engine, segments, ...) for ``--rounds`` rounds; the
-table gives each round and the medians.
+table gives each round and the medians. Beside each rate, the event loop's CPU per entry
+(``time.thread_time`` of the thread running the loop, over the timed appends: the writers,
+the flusher and every completion, not the journal thread's write and fsync): what a path
+costs in itself, which other processes sharing the cores disturb less than the rate.
 
 Run: ``PYTHONPATH=. .venv/bin/python bench/segments.py [--messages N] [--budget-seconds S]``
 """
@@ -30,7 +33,8 @@ import math
 import shutil
 import statistics
 import sys
-from collections.abc import AsyncIterator, Sequence
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,11 +67,22 @@ PARTITION = "public/default/bench"
 class Phase:
     written: WriteResult
     per_fsync: float  # entries per journal fsync (group commit)
+    loop_us: float  # CPU of the event loop's thread per entry, microseconds
 
     @classmethod
-    def of(cls, written: WriteResult, engine: StorageEngine) -> Phase:
+    def of(cls, written: WriteResult, engine: StorageEngine, loop_s: float) -> Phase:
         fsyncs = engine.stats.fsyncs
-        return cls(written, engine.stats.entries / fsyncs if fsyncs else float("nan"))
+        per_fsync = engine.stats.entries / fsyncs if fsyncs else float("nan")
+        return cls(written, per_fsync, loop_s / written.entries * 1e6)
+
+
+async def _timed_drive(
+    append: Callable[[bytes, int], Awaitable[None]], size: int, plan: Plan, writers: int
+) -> tuple[WriteResult, float]:
+    """``drive_writers``, and the CPU seconds the loop's thread spent meanwhile."""
+    started = time.thread_time()
+    written = await drive_writers(append, size, plan, writers)
+    return written, time.thread_time() - started
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +121,8 @@ async def engine_phase(
         async def append(payload: bytes, count: int) -> None:
             await engine.append(PARTITION, payload, count=count)
 
-        return Phase.of(await drive_writers(append, size, plan, writers), engine)
+        written, loop_s = await _timed_drive(append, size, plan, writers)
+        return Phase.of(written, engine, loop_s)
 
 
 async def segments_phase(
@@ -128,9 +144,9 @@ async def segments_phase(
         # the timed phase they would start out of step, and appends that come back out of
         # step never share an fsync again (the engine phase's writers start together)
         await append(b"warm-up", 1)
-        result = await drive_writers(append, size, plan, writers)
+        written, loop_s = await _timed_drive(append, size, plan, writers)
         await writer.close_open()
-        return Phase.of(result, opened.engine)
+        return Phase.of(written, opened.engine, loop_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,8 +169,9 @@ class Round:
 
 
 HEADERS = (
-    "msgs/entry", "round", "engine msgs/s", "p50 ms", "p99 ms", "entries/fsync",
-    "segments msgs/s", "p50 ms", "p99 ms", "entries/fsync", "segments/engine", "raw msgs/s",
+    "msgs/entry", "round", "engine msgs/s", "p50 ms", "p99 ms", "entries/fsync", "loop µs/entry",
+    "segments msgs/s", "p50 ms", "p99 ms", "entries/fsync", "loop µs/entry", "segments/engine",
+    "raw msgs/s",
 )  # fmt: skip
 
 
@@ -167,11 +184,13 @@ def rows(rounds: Sequence[Round], raws: dict[int, WriteResult]) -> list[list[str
         if len(mine) > 1:
             e = statistics.median(r.engine.msgs_per_s for r in mine)
             s = statistics.median(r.segments.msgs_per_s for r in mine)
+            e_us = statistics.median(r.engine_phase.loop_us for r in mine)
+            s_us = statistics.median(r.segments_phase.loop_us for r in mine)
             raw = fmt_rate(raws[size].msgs_per_s)
             ratio = f"{s / e:.2f}x"
-            out.append(
-                [str(size), "median", fmt_rate(e), "", "", "", fmt_rate(s), "", "", "", ratio, raw]
-            )
+            engine = [fmt_rate(e), "", "", "", f"{e_us:.1f}"]
+            segments = [fmt_rate(s), "", "", "", f"{s_us:.1f}"]
+            out.append([str(size), "median", *engine, *segments, ratio, raw])
     return out
 
 
@@ -184,10 +203,12 @@ def _row(label: str, r: Round, raw: WriteResult) -> list[str]:
         fmt_ms(e.p50),
         fmt_ms(e.p99),
         f"{r.engine_phase.per_fsync:.2f}",
+        f"{r.engine_phase.loop_us:.1f}",
         fmt_rate(s.msgs_per_s),
         fmt_ms(s.p50),
         fmt_ms(s.p99),
         f"{r.segments_phase.per_fsync:.2f}",
+        f"{r.segments_phase.loop_us:.1f}",
         f"{r.ratio:.2f}x",
         fmt_rate(raw.msgs_per_s),
     ]
@@ -261,8 +282,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "messages_per_entry": r.size,
                     "engine": r.engine.to_json(),
                     "engine_entries_per_fsync": r.engine_phase.per_fsync,
+                    "engine_loop_us_per_entry": r.engine_phase.loop_us,
                     "segments": r.segments.to_json(),
                     "segments_entries_per_fsync": r.segments_phase.per_fsync,
+                    "segments_loop_us_per_entry": r.segments_phase.loop_us,
                     "ratio": r.ratio,
                 }
                 for r in rounds
