@@ -46,6 +46,7 @@ from magnetar.http.permissions import scram_routes
 from magnetar.http.routes import Route, ok
 from magnetar.http.server import HttpServer, base_url
 from magnetar.ledger import LedgerFactory
+from magnetar.ledger.local_storage import LocalStorage
 from magnetar.meta import MetadataStore, open_metadata_store
 from magnetar.meta.counters import reserve_block
 from magnetar.protocols.flight.server import BulkReadServer
@@ -63,6 +64,8 @@ from magnetar.views.service import ViewService
 
 log = logging.getLogger(__name__)
 
+NodeStorage = StorageEngine | LocalStorage | ReplicatedStorage  # the ledgers' storage
+
 
 @dataclass
 class Standalone:
@@ -70,7 +73,7 @@ class Standalone:
 
     settings: Settings
     meta: MetadataStore
-    storage: StorageEngine | ReplicatedStorage
+    storage: NodeStorage
     tier: Tier
     broker: Broker
     pulsar: PulsarServer | None = None
@@ -89,10 +92,12 @@ class Standalone:
         to the storage nodes registered in the (ZooKeeper) metadata store."""
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         meta = open_metadata_store(settings.metadata)
-        storage: StorageEngine | ReplicatedStorage
+        storage: NodeStorage
         try:
             if replicated:
                 storage = await ReplicatedStorage.open(settings, meta)
+            elif settings.ledger_storage == "segments":
+                storage = await LocalStorage.open(settings, meta)
             else:
                 storage = await StorageEngine.open(StorageSettings.of(settings), meta)
         except BaseException:
@@ -484,7 +489,7 @@ def _broker_routes(broker: Broker) -> list[Route]:
     ]
 
 
-def _storage_node_routes(storage: StorageEngine | ReplicatedStorage) -> list[Route]:
+def _storage_node_routes(storage: NodeStorage) -> list[Route]:
     """``GET /admin/v2/storage-nodes`` (Pulsar's ``bookies list``): the registered nodes with
     free space and mode; a standalone's one embedded engine is listed as ``embedded``."""
 
@@ -524,6 +529,8 @@ def _metric_sources(node: Standalone) -> list[MetricSource]:
     sources = []
     if isinstance(node.storage, StorageEngine):
         sources.append(storage_metrics(node.storage, cluster))
+    elif isinstance(node.storage, LocalStorage):
+        sources.append(storage_metrics(node.storage.engine, cluster))
     else:
         sources.append(cluster_metrics(node.storage, cluster))
     if node.kafka is not None:

@@ -4,17 +4,17 @@ Writes go through the managed ledger's writer (``magnetar.ledger.writer.SegmentW
 it assigns offsets and entry ids, decides rollover, keeps the partition's segment list in
 ``/managed-ledgers/<partition>`` by compare-and-set and recovers a crashed writer's open
 segment by fencing it. Its segments are ledgers on storage nodes
-(:class:`~magnetar.cluster.segments.ReplicatedSegments`). This class serves the reads: the
-tail of each partition from memory, older entries from any replica through the entry index,
-checks and repairs, direct replica reads, and re-replication of ledgers that name a node
-gone for good.
+(:class:`~magnetar.cluster.segments.ReplicatedSegments`). The partitions, the tail of each
+in memory and reads by offset are shared with local storage
+(:class:`~magnetar.ledger.segmented.SegmentedStorage`); this class adds the entry index
+fetched from replicas, reads from any replica, checks and repairs, direct replica reads, and
+re-replication of ledgers that name a node gone for good.
 """
 
 from __future__ import annotations
 
 import array
 import asyncio
-import bisect
 import collections
 import contextlib
 import dataclasses
@@ -32,47 +32,35 @@ from magnetar.core.clock import SYSTEM_CLOCK, Clock
 from magnetar.core.config import Settings
 from magnetar.core.entries import Entry
 from magnetar.ledger.segment_storage import RolloverPolicy
-from magnetar.ledger.writer import SEGMENT_LISTS, SegmentIds, SegmentWriter
+from magnetar.ledger.segmented import Index, SegmentedStorage, Served
+from magnetar.ledger.writer import SEGMENT_LISTS, SegmentWriter
 from magnetar.meta import MetadataStore
 from magnetar.meta.errors import NodeExistsError
-from magnetar.storage import OffsetOutOfRangeError, SegmentInfo, SegmentState
+from magnetar.storage import SegmentInfo, SegmentState
 from magnetar.storage.errors import (
-    PartitionNotFoundError,
-    SegmentNotLocalError,
     StorageError,
 )
 
 log = logging.getLogger(__name__)
 
 ROOT = SEGMENT_LISTS
-TAIL_BYTES = 32 << 20  # confirmed entries kept per partition for tail reads
 
 __all__ = ["ROOT", "Ledger", "ReplicatedStorage"]
 
 
-class _Served:
-    """A partition this broker writes: its writer and the tail of confirmed entries."""
-
-    def __init__(self, writer: SegmentWriter, tail: _Tail) -> None:
-        self.writer = writer
-        self.tail = tail
-
-
-class ReplicatedStorage:
+class ReplicatedStorage(SegmentedStorage):
     """``LedgerStorage`` over storage nodes. Create with :meth:`open`."""
 
+    segment_storage: ReplicatedSegments
+
     def __init__(self, settings: Settings, meta: MetadataStore, clock: Clock) -> None:
-        self.settings = settings
-        self.meta = meta
-        self.clock = clock
-        self.quorum = (settings.ensemble_size, settings.write_quorum, settings.ack_quorum)
-        self.nodes = NodeDirectory(meta, settings.add_timeout_ms / 1000, settings.peer_tls_context)
-        self.segment_storage = ReplicatedSegments(self)
-        self.ids = SegmentIds(meta)
-        self.policy = RolloverPolicy(
+        policy = RolloverPolicy(
             settings.segment_max_bytes, settings.segment_max_entries, settings.segment_max_age
         )
-        self._parts: dict[str, _Served] = {}
+        self.settings = settings
+        self.quorum = (settings.ensemble_size, settings.write_quorum, settings.ack_quorum)
+        self.nodes = NodeDirectory(meta, settings.add_timeout_ms / 1000, settings.peer_tls_context)
+        super().__init__(meta, clock, ReplicatedSegments(self), policy)
         self.stats: collections.Counter[str] = collections.Counter()
         self.under_replicated: dict[int, list[str]] = {}  # ledger id → lost nodes it names
         # the namespace's `persistence` policy of a partition (set by whoever knows policies)
@@ -99,17 +87,8 @@ class ReplicatedStorage:
                 return chosen
         return self.quorum
 
-    def partitions(self) -> list[str]:
-        return sorted(self._parts)
-
-    def _part(self, name: str) -> _Served:
-        part = self._parts.get(name)
-        if part is None:
-            raise PartitionNotFoundError(f"no partition {name!r}")
-        return part
-
     def _ledgers(self, name: str) -> list[Ledger]:
-        return self._ledgers_of(self._part(name).writer)
+        return self._ledgers_of(self.part(name).writer)
 
     def _ledgers_of(self, writer: SegmentWriter) -> list[Ledger]:
         ledgers = self.segment_storage.ledgers
@@ -118,118 +97,22 @@ class ReplicatedStorage:
     def _find(self, name: str, segment_id: int) -> Ledger | None:
         return next((lg for lg in self._ledgers(name) if lg.ledger_id == segment_id), None)
 
-    def _ledger_at(self, name: str, offset: int) -> Ledger:
-        writer = self._part(name).writer
-        ledgers = self._ledgers(name)
-        if offset < writer.start or not ledgers:
-            raise OffsetOutOfRangeError(
-                f"offset {offset} of {name} is before its first retained offset {writer.start}"
-            )
-        firsts = [lg.info.first_offset for lg in ledgers]
-        i = bisect.bisect_right(firsts, offset) - 1
-        while i > 0 and ledgers[i].info.is_empty:
-            i -= 1
-        return ledgers[max(i, 0)]
-
-    # -- partitions ---------------------------------------------------------------------
-
-    async def create_partition(self, name: str) -> None:
-        """Open the partition (recovering its last ledger if its writer died) or create it."""
-        if name in self._parts:
-            return
-        tail = _Tail(TAIL_BYTES)
-        writer = await SegmentWriter.open(
-            name, self.segment_storage, self.meta, self.ids, self.policy, self.clock, tail.append
-        )
-        self._parts[name] = _Served(writer, tail)
-
-    async def delete_partition(self, name: str) -> None:
-        part = self._part(name)
-        del self._parts[name]
-        with contextlib.suppress(Exception):
-            await part.writer.delete()
-
-    async def unload(self, name: str) -> None:
-        """Close ``name``'s open ledger at its end and forget it: the next owner opens it
-        without recovery."""
-        part = self._parts.pop(name, None)
-        if part is not None:
-            await part.writer.unload()
-
-    def release(self, name: str) -> None:
-        """Forget ``name`` (ownership lost): appends in flight fail, nothing is closed —
-        the next owner fences and recovers the open ledger."""
-        part = self._parts.pop(name, None)
-        if part is not None:
-            part.writer.release()
-
-    def has_partition(self, name: str) -> bool:
-        return name in self._parts
-
     def serves_ledger(self, ledger_id: int) -> bool:
         """Whether a partition this broker serves has the ledger."""
-        return any(
-            r.info.segment_id == ledger_id for p in self._parts.values() for r in p.writer.records
-        )
-
-    def end_offset(self, name: str) -> int:
-        return self._part(name).writer.end
-
-    def start_offset(self, name: str) -> int:
-        return self._part(name).writer.start
-
-    def segments(self, name: str) -> list[SegmentInfo]:
-        return self._part(name).writer.segments()
-
-    # -- writes -------------------------------------------------------------------------
-
-    async def append(
-        self,
-        name: str,
-        payload: bytes,
-        *,
-        count: int = 1,
-        publish_time: int | None = None,
-        event_time: int = -1,
-        fmt: int = 0,
-    ) -> Entry:
-        """Append one entry; returns once Qa storage nodes have it on disk (and every earlier
-        entry is acknowledged). If it raises, nothing of it was acknowledged."""
-        return await self._part(name).writer.append(
-            payload, count=count, publish_time=publish_time, event_time=event_time, fmt=fmt
-        )
+        return any(r.info.segment_id == ledger_id for p in self.served() for r in p.writer.records)
 
     # -- reads --------------------------------------------------------------------------
 
-    async def read(
-        self, name: str, offset: int, *, max_entries: int = 1000, max_bytes: int = 4 << 20
+    async def index(self, info: SegmentInfo) -> Index:
+        return await self._index_arrays(self.segment_storage.ledgers[info.segment_id])
+
+    async def read_entries(
+        self, info: SegmentInfo, first: int, max_entries: int, max_bytes: int
     ) -> list[Entry]:
-        """Entries from the one holding ``offset``; [] at the end. Never past the last
-        confirmed entry; from any replica, the next on error."""
-        part = self._part(name)
-        end, start = part.writer.end, part.writer.start
-        if offset >= end:
-            if offset > end:
-                raise OffsetOutOfRangeError(f"offset {offset} is past the end of {name}")
-            return []
-        if offset < start:
-            raise OffsetOutOfRangeError(
-                f"offset {offset} of {name} is before its first retained offset {start}"
-            )
-        cached = part.tail.read(offset, max_entries, max_bytes)
-        if cached is not None:
-            return cached
-        ledger = self._ledger_at(name, offset)
-        if offset >= ledger.info.end_offset:  # an empty ledger between: try the next
-            return []
-        if not ledger.info.local:
-            raise SegmentNotLocalError(
-                f"segment {ledger.ledger_id} of {name} is offloaded", ledger.ledger_id
-            )
-        bases = await self._index(ledger)
-        eid = bisect.bisect_right(bases, offset) - 1
-        last = min(ledger.last_entry, eid + max_entries - 1)
-        records = await self.segment_storage.read_records(ledger, eid, last, max_bytes)
+        """From any replica, the next on error."""
+        ledger = self.segment_storage.ledgers[info.segment_id]
+        last = min(ledger.last_entry, first + max_entries - 1)
+        records = await self.segment_storage.read_records(ledger, first, last, max_bytes)
         return [r.entry(ledger.ledger_id) for r in records]
 
     async def _index(self, ledger: Ledger) -> array.array[int]:
@@ -285,13 +168,6 @@ class ReplicatedStorage:
         ``repair``, those copies of closed ledgers are written again from good ones first."""
         return await self.repairs.check(self._ledgers(name), repair=repair)
 
-    async def next_readable(self, name: str, offset: int) -> int:
-        """The next entry's first offset (reads of an entry go to every replica first)."""
-        ledger = self._ledger_at(name, offset)
-        bases = await self._index(ledger)
-        eid = bisect.bisect_right(bases, offset) - 1
-        return int(bases[eid + 1]) if eid + 1 < len(bases) else ledger.info.end_offset
-
     def damaged(self, name: str) -> dict[int, str]:
         """Ledgers of ``name`` with a damaged or incomplete replica not yet repaired."""
         return self.repairs.damaged({lg.ledger_id for lg in self._ledgers(name)})
@@ -325,45 +201,6 @@ class ReplicatedStorage:
             out.append({"first": bases[first], "end": end, "flight": urls})
         return out
 
-    async def find_offset(self, name: str, ts: int) -> int:
-        for ledger in self._ledgers(name):
-            if ledger.info.is_empty or ledger.info.max_publish_time < ts:
-                continue
-            found = await self.find_in_segment(name, ledger.ledger_id, ts)
-            if found is not None:
-                return found
-        return self._part(name).writer.end
-
-    async def find_in_segment(self, name: str, segment_id: int, ts: int) -> int | None:
-        ledger = self._find(name, segment_id)
-        if ledger is None or ledger.info.is_empty:
-            return None
-        bases, times = await self._index_arrays(ledger)
-        for base, t in zip(bases, times, strict=False):
-            if t >= ts:
-                return int(base)
-        return None
-
-    # -- segment records ----------------------------------------------------------------
-
-    async def update_segment(self, name: str, segment_id: int, **changes: Any) -> SegmentInfo:
-        return await self._part(name).writer.update_segment(segment_id, **changes)
-
-    async def drop_local_copy(self, name: str, segment_id: int) -> None:
-        """Delete an OFFLOADED ledger's entries from the storage nodes."""
-        await self.update_segment(name, segment_id, local=False)
-        await self.segment_storage.delete(segment_id)
-
-    async def trim(self, name: str, before: int) -> list[SegmentInfo]:
-        doomed = await self._part(name).writer.trim(before)
-        for record in doomed:
-            await self.segment_storage.delete(record.info.segment_id)
-            self.segment_storage.detach(record.info.segment_id)
-        return [dataclasses.replace(r.info, state=SegmentState.DELETED) for r in doomed]
-
-    async def roll(self, name: str) -> bool:
-        return await self._part(name).writer.roll()
-
     # -- re-replication -----------------------------------------------------------------
 
     async def _audit_loop(self) -> None:
@@ -381,7 +218,7 @@ class ReplicatedStorage:
     async def audit(self) -> None:
         grace = self.settings.rereplication_grace_s
         found: dict[int, list[str]] = {}
-        for part in list(self._parts.values()):
+        for part in self.served():
             for ledger in self._ledgers_of(part.writer):
                 if ledger.info.state is SegmentState.OPEN or not ledger.info.local:
                     continue
@@ -391,13 +228,13 @@ class ReplicatedStorage:
                     found[ledger.ledger_id] = lost
         self.under_replicated = found
         await self.repairs.retry()
-        for part in list(self._parts.values()):
+        for part in self.served():
             for ledger in self._ledgers_of(part.writer):
                 if ledger.ledger_id in found:
                     await self._rereplicate(part, ledger, found[ledger.ledger_id])
                     self.under_replicated.pop(ledger.ledger_id, None)
 
-    async def _rereplicate(self, part: _Served, ledger: Ledger, lost: list[str]) -> None:
+    async def _rereplicate(self, part: Served, ledger: Ledger, lost: list[str]) -> None:
         ensembles = list(ledger.ensembles)
         for i, (first, nodes) in enumerate(ensembles):
             end = ensembles[i + 1][0] - 1 if i + 1 < len(ensembles) else ledger.last_entry
@@ -465,47 +302,5 @@ class ReplicatedStorage:
             self._auditor.cancel()
             with contextlib.suppress(BaseException):
                 await self._auditor
-        for part in list(self._parts.values()):
-            with contextlib.suppress(StorageError):
-                await part.writer.close_open()
+        await self.close_all()
         await self.nodes.aclose()
-
-
-class _Tail:
-    """The newest confirmed entries of a partition, for readers at the tail."""
-
-    def __init__(self, budget: int) -> None:
-        self.budget = budget
-        self.entries: list[Entry] = []
-        self.bases: list[int] = []
-        self.head = 0  # entries before it are evicted
-        self.size = 0
-
-    def append(self, entry: Entry) -> None:
-        self.entries.append(entry)
-        self.bases.append(entry.base_offset)
-        self.size += len(entry.payload)
-        while self.size > self.budget and self.head < len(self.entries):
-            self.size -= len(self.entries[self.head].payload)
-            self.head += 1
-        if self.head > 1024 and self.head > len(self.entries) // 2:
-            del self.entries[: self.head], self.bases[: self.head]
-            self.head = 0
-
-    def read(self, offset: int, max_entries: int, max_bytes: int) -> list[Entry] | None:
-        """Entries from the one holding ``offset``, or None when it is older than the tail;
-        [] when it is newer than the last confirmed entry (an append still in flight has its
-        offsets, not yet its acknowledgement: nothing to read there yet)."""
-        if self.head >= len(self.entries) or offset < self.bases[self.head]:
-            return None
-        if offset >= self.entries[-1].next_offset:
-            return []
-        i = bisect.bisect_right(self.bases, offset, lo=self.head) - 1
-        out: list[Entry] = []
-        size = 0
-        for entry in self.entries[i : i + max_entries]:
-            if out and size + len(entry.payload) > max_bytes:
-                break
-            out.append(entry)
-            size += len(entry.payload)
-        return out

@@ -3,8 +3,8 @@ appends are in flight (their offsets are assigned, their acknowledgements not ye
 
 from __future__ import annotations
 
-from magnetar.cluster.replicated import _Tail
 from magnetar.core.entries import Entry
+from magnetar.ledger.segmented import Tail as _Tail
 
 
 def _entry(base: int, count: int) -> Entry:

@@ -1,0 +1,217 @@
+"""Local storage: the managed ledger's ``LedgerStorage`` of one process (standalone).
+
+Writes go through the managed ledger's writer, as in a cluster: it assigns offsets and
+entry ids, rolls segments and keeps each partition's segment list in the metadata store
+(:class:`~magnetar.ledger.segmented.SegmentedStorage`). Its segments are ledgers of this
+process's own :class:`~magnetar.storage.ledger_store.LedgerStore`
+(:class:`~magnetar.ledger.local_segments.LocalSegments`): one engine, one journal, so one
+fsync makes a burst durable across every partition. This class adds what is local: the
+entry index read from the store, reads that name the damaged file, checks, and the roll
+of segments that grew old without an append.
+"""
+
+from __future__ import annotations
+
+import array
+import asyncio
+import contextlib
+import dataclasses
+import logging
+from pathlib import Path
+from typing import Any
+
+from magnetar.core.clock import SYSTEM_CLOCK, Clock
+from magnetar.core.config import Settings
+from magnetar.core.entries import Entry
+from magnetar.ledger.local_segments import LocalSegments
+from magnetar.ledger.segment_storage import RolloverPolicy
+from magnetar.ledger.segmented import Index, SegmentedStorage
+from magnetar.meta import MetadataStore
+from magnetar.storage import (
+    EngineStats,
+    SegmentInfo,
+    SegmentState,
+    StorageEngine,
+    StorageSettings,
+)
+from magnetar.storage.errors import CorruptionError, StorageError
+from magnetar.storage.ledger_store import LedgerStore, ledger_partition
+
+log = logging.getLogger(__name__)
+
+FENCE_FILE = "fenced.json"
+
+
+class LocalStorage(SegmentedStorage):
+    """``LedgerStorage`` over this process's own disk. Create with :meth:`open`; it owns
+    its engine and closes it in :meth:`aclose`."""
+
+    segment_storage: LocalSegments
+
+    def __init__(
+        self,
+        engine: StorageEngine,
+        store: LedgerStore,
+        meta: MetadataStore,
+        clock: Clock,
+        policy: RolloverPolicy,
+    ) -> None:
+        super().__init__(meta, clock, LocalSegments(store), policy)
+        self.engine = engine
+        self.store = store
+        # entry id → base offset / publish time of each segment, the confirmed prefix
+        self._indexes: dict[int, tuple[array.array[int], array.array[int]]] = {}
+        self._ager: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def open(
+        cls, settings: Settings, meta: MetadataStore, *, clock: Clock = SYSTEM_CLOCK
+    ) -> LocalStorage:
+        """Open (and recover) the engine and its ledgers; every acknowledged entry is
+        readable once a partition is opened (``create_partition``)."""
+        engine = await StorageEngine.open(_engine_settings(settings), meta, clock=clock)
+        try:
+            store = await LedgerStore.open(engine, settings.ledger_path / FENCE_FILE)
+        except BaseException:
+            await engine.aclose()
+            raise
+        policy = RolloverPolicy(
+            settings.segment_max_bytes, settings.segment_max_entries, settings.segment_max_age
+        )
+        storage = cls(engine, store, meta, clock, policy)
+        if policy.max_age_s > 0:
+            storage._ager = asyncio.create_task(storage._age_loop(), name="magnetar-ager")
+        return storage
+
+    # -- what the engine tells --------------------------------------------------------
+
+    @property
+    def ledger_dir(self) -> Path:
+        return self.engine.ledger_dir
+
+    @property
+    def stats(self) -> EngineStats:
+        """The engine's counters (journal, fsyncs, disk full)."""
+        return self.engine.stats
+
+    # -- reads --------------------------------------------------------------------------
+
+    async def index(self, info: SegmentInfo) -> Index:
+        """From the store's rows, kept here once read; an entry lost to damage (no row)
+        gets the end offset of the one before it, as a replicated index does, and is not
+        kept: a read there meets the damage."""
+        sid = info.segment_id
+        last = info.entries - 1
+        bases, times = self._indexes.setdefault(sid, (array.array("q"), array.array("q")))
+        if len(bases) > last:
+            return bases, times
+        held = self.store.ledger(sid)
+        rows = held.rows if held is not None else {}
+        while len(bases) <= last and (row := rows.get(len(bases))) is not None:
+            bases.append(row[1])
+            times.append(row[3])
+        if len(bases) > last:
+            return bases, times
+        bases, times = array.array("q", bases), array.array("q", times)  # a copy, not kept
+        end = bases[-1] if bases else info.first_offset
+        ts = times[-1] if times else info.first_publish_time
+        for eid in range(len(bases), last + 1):
+            row = rows.get(eid)
+            if row is not None:
+                _, end, count, ts = row
+                bases.append(end)
+                end += count
+            else:
+                bases.append(end)
+            times.append(ts)
+        return bases, times
+
+    async def read_entries(
+        self, info: SegmentInfo, first: int, max_entries: int, max_bytes: int
+    ) -> list[Entry]:
+        sid = info.segment_id
+        last = min(info.entries - 1, first + max_entries - 1)
+        if first > last:
+            return []
+        got = await self.store.read(sid, first, last, max_bytes)
+        if got is not None and got.records:
+            return [r.entry(sid) for r in got.records]
+        held = self.store.ledger(sid)
+        problem = held.damaged if held is not None and held.damaged else "not stored"
+        raise CorruptionError(
+            str(self.ledger_dir / ledger_partition(sid)),
+            0,
+            f"entry {first} of segment {sid} cannot be read ({problem})",
+        )
+
+    # -- damage -------------------------------------------------------------------------
+
+    def damaged(self, name: str) -> dict[int, str]:
+        out = {}
+        for info in self.segments(name):
+            held = self.store.ledger(info.segment_id)
+            if info.local and held is not None and held.damaged:
+                out[info.segment_id] = held.damaged
+        return out
+
+    async def check(self, name: str, *, repair: bool = False) -> list[dict[str, Any]]:
+        """Read and verify every stored entry: a row per segment. ``repair`` changes
+        nothing here: a segment has one copy, restored from a backup."""
+        rows: list[dict[str, Any]] = []
+        for info in self.segments(name):
+            row: dict[str, Any] = {"segmentId": info.segment_id, "state": info.state.value}
+            if info.state is SegmentState.DELETED or not info.local:
+                rows.append({**row, "entries": info.entries, "error": "", "local": False})
+                continue
+            found = await self.store.check(info.segment_id)
+            held = found["entries"] if found is not None else 0
+            damaged = found["damaged"] if found is not None else []
+            error = ""
+            if damaged or (isinstance(held, int) and held < info.entries):
+                problem = found["problem"] if found is not None else "not stored"
+                error = f"entries {damaged or 'missing'} of segment {info.segment_id} " + (
+                    f"cannot be read: {problem}"
+                )
+            rows.append({**row, "entries": held, "error": error, "local": True})
+        return rows
+
+    async def replica_reads(self, name: str, segment_id: int) -> list[dict[str, Any]] | None:
+        """Always None: one process's segments are read through its own Flight endpoint."""
+        return None
+
+    # -- age ----------------------------------------------------------------------------
+
+    async def _age_loop(self) -> None:
+        """Close open segments older than the age limit even without appends, so an idle
+        topic's data reaches retention and offload."""
+        tick = min(1.0, self.policy.max_age_s / 4)
+        while True:
+            await asyncio.sleep(tick)
+            now = self.clock.now_ms()
+            for part in self.served():
+                seg = part.writer.open_segment
+                if seg is None or seg.info.entries == 0:
+                    continue
+                if now - seg.info.created_ms >= self.policy.max_age_s * 1000:
+                    try:
+                        await part.writer.roll()
+                    except StorageError as e:  # the next tick tries again
+                        log.warning("%s: rolling an old segment failed: %s", part.writer.name, e)
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        """Close every open segment at its end (no recovery at the next open), then the
+        engine."""
+        if self._ager is not None:
+            self._ager.cancel()
+            with contextlib.suppress(BaseException):
+                await self._ager
+        await self.close_all()
+        await self.engine.aclose()
+
+
+def _engine_settings(settings: Settings) -> StorageSettings:
+    """The engine under the ledgers rolls its files by size only: segments are the
+    writer's, and an idle ledger needs no roll of its own."""
+    return dataclasses.replace(StorageSettings.of(settings), segment_max_age=0)
