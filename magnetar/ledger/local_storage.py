@@ -35,7 +35,7 @@ from magnetar.storage import (
     StorageSettings,
 )
 from magnetar.storage.errors import CorruptionError, StorageError
-from magnetar.storage.ledger_store import LedgerStore, ledger_partition
+from magnetar.storage.ledger_store import LedgerStore
 
 log = logging.getLogger(__name__)
 
@@ -113,8 +113,10 @@ class LocalStorage(SegmentedStorage):
         if len(bases) > last:
             return bases, times
         bases, times = array.array("q", bases), array.array("q", times)  # a copy, not kept
-        end = bases[-1] if bases else info.first_offset
-        ts = times[-1] if times else info.first_publish_time
+        end, ts = info.first_offset, info.first_publish_time
+        if bases:
+            _, base, count, ts = rows[len(bases) - 1]
+            end = base + count
         for eid in range(len(bases), last + 1):
             row = rows.get(eid)
             if row is not None:
@@ -137,12 +139,8 @@ class LocalStorage(SegmentedStorage):
         if got is not None and got.records:
             return [r.entry(sid) for r in got.records]
         held = self.store.ledger(sid)
-        problem = held.damaged if held is not None and held.damaged else "not stored"
-        raise CorruptionError(
-            str(self.ledger_dir / ledger_partition(sid)),
-            0,
-            f"entry {first} of segment {sid} cannot be read ({problem})",
-        )
+        problem = held.damaged if held is not None and held.damaged else "it is not stored"
+        raise EntryDamagedError(self.ledger_dir, sid, first, problem)
 
     # -- damage -------------------------------------------------------------------------
 
@@ -209,6 +207,15 @@ class LocalStorage(SegmentedStorage):
                 await self._ager
         await self.close_all()
         await self.engine.aclose()
+
+
+class EntryDamagedError(CorruptionError):
+    """An acknowledged entry of a local segment cannot be read (its bytes are damaged)."""
+
+    def __init__(self, ledger_dir: Path, segment: int, entry: int, problem: str) -> None:
+        StorageError.__init__(self, f"entry {entry} of segment {segment} cannot be read: {problem}")
+        self.path = str(ledger_dir)
+        self.position = 0
 
 
 def _engine_settings(settings: Settings) -> StorageSettings:

@@ -144,11 +144,12 @@ class LedgerStore:
             try:
                 got = await self.engine.read(name, offset, max_entries=LOAD_CHUNK)
             except CorruptionError as err:
-                # the entries of this file from the damage on are not indexed: reads of them
-                # find the ledger damaged, and a repair replaces the whole copy
-                ledger.damaged = str(err)
+                # the entries of this file from the damage to the next one that reads are
+                # not indexed: reads of them find the ledger damaged, and a repair replaces
+                # the whole copy
+                ledger.damaged = ledger.damaged or str(err)
                 log.warning("ledger store: ledger %d: %s", ledger_id, err)
-                offset = self._segment_end(name, offset)
+                offset = await self.engine.next_readable(name, offset)
                 continue
             for e in got:
                 r = Record.unpack(e.payload[:64])
