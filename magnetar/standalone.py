@@ -47,6 +47,7 @@ from magnetar.http.routes import Route, ok
 from magnetar.http.server import HttpServer, base_url
 from magnetar.ledger import LedgerFactory
 from magnetar.ledger.local_storage import LocalStorage
+from magnetar.ledger.upgrade import is_ledger_partition
 from magnetar.meta import MetadataStore, open_metadata_store
 from magnetar.meta.counters import reserve_block
 from magnetar.protocols.flight.server import BulkReadServer
@@ -100,6 +101,7 @@ class Standalone:
                 storage = await LocalStorage.open(settings, meta)
             else:
                 storage = await StorageEngine.open(StorageSettings.of(settings), meta)
+                await _refuse_the_new_layout(storage, settings)
         except BaseException:
             await meta.aclose()
             raise
@@ -489,6 +491,18 @@ def _broker_routes(broker: Broker) -> list[Route]:
     ]
 
 
+async def _refuse_the_new_layout(engine: StorageEngine, settings: Settings) -> None:
+    """The engine does not read a data directory the managed ledger's writer has written
+    (``--ledger-storage segments`` upgrades the other way only)."""
+    if any(is_ledger_partition(name) for name in engine.partitions()):
+        await engine.aclose()
+        raise ConfigError(
+            "ledger_storage",
+            f"{settings.data_dir} holds ledgers written with --ledger-storage segments; "
+            "start with --ledger-storage segments (the engine layout cannot read them)",
+        )
+
+
 def _storage_node_routes(storage: NodeStorage) -> list[Route]:
     """``GET /admin/v2/storage-nodes`` (Pulsar's ``bookies list``): the registered nodes with
     free space and mode; a standalone's one embedded engine is listed as ``embedded``."""
@@ -527,10 +541,8 @@ def _metric_sources(node: Standalone) -> list[MetricSource]:
     """What /metrics adds to the broker's series: storage, Kafka and views."""
     cluster = node.broker.settings.cluster_name
     sources = []
-    if isinstance(node.storage, StorageEngine):
+    if isinstance(node.storage, StorageEngine | LocalStorage):
         sources.append(storage_metrics(node.storage, cluster))
-    elif isinstance(node.storage, LocalStorage):
-        sources.append(storage_metrics(node.storage.engine, cluster))
     else:
         sources.append(cluster_metrics(node.storage, cluster))
     if node.kafka is not None:

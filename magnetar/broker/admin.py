@@ -357,7 +357,10 @@ def _compacted_ledger(topic: Topic) -> dict[str, Any]:
         return {"ledgerId": -1, "entries": -1, "size": -1, "offloaded": False}
     segments = view.ledger.segments()
     return {
-        "ledgerId": segments[-1].segment_id if segments else -1,
+        "ledgerId": next(
+            (s.segment_id for s in reversed(segments) if not s.is_empty),
+            segments[-1].segment_id if segments else -1,
+        ),
         "entries": view.ledger.end_offset - view.ledger.start_offset,
         "size": sum(s.size for s in segments),
         "offloaded": False,

@@ -26,6 +26,7 @@ from magnetar.core.entries import Entry
 from magnetar.ledger.local_segments import LocalSegments
 from magnetar.ledger.segment_storage import RolloverPolicy
 from magnetar.ledger.segmented import Index, SegmentedStorage
+from magnetar.ledger.upgrade import needs_upgrade, upgrade
 from magnetar.meta import MetadataStore
 from magnetar.storage import (
     EngineStats,
@@ -56,7 +57,7 @@ class LocalStorage(SegmentedStorage):
         clock: Clock,
         policy: RolloverPolicy,
     ) -> None:
-        super().__init__(meta, clock, LocalSegments(store), policy)
+        super().__init__(meta, clock, LocalSegments(store), policy, eager=True)
         self.engine = engine
         self.store = store
         # entry id → base offset / publish time of each segment, the confirmed prefix
@@ -72,6 +73,17 @@ class LocalStorage(SegmentedStorage):
         engine = await StorageEngine.open(_engine_settings(settings), meta, clock=clock)
         try:
             store = await LedgerStore.open(engine, settings.ledger_path / FENCE_FILE)
+        except BaseException:
+            await engine.aclose()
+            raise
+        try:
+            if needs_upgrade(engine):
+                log.warning(
+                    "%s holds partitions in the storage engine's layout: upgrading them to "
+                    "the managed ledger's (one copy of the local data; progress below)",
+                    settings.data_dir,
+                )
+                await upgrade(engine, store, meta)
         except BaseException:
             await engine.aclose()
             raise
@@ -91,8 +103,25 @@ class LocalStorage(SegmentedStorage):
 
     @property
     def stats(self) -> EngineStats:
-        """The engine's counters (journal, fsyncs, disk full)."""
+        """The engine's counters (journal, fsyncs, disk full, tail cache)."""
         return self.engine.stats
+
+    def count_tail_hit(self) -> None:
+        """Counted as the engine's cache hits: a read served from memory (a read the
+        partition's tail misses is counted by the engine, from its cache or a file)."""
+        self.engine.stats.cache_hits += 1
+
+    @property
+    def cache_budget(self) -> Any:
+        return self.engine.cache_budget
+
+    @property
+    def files(self) -> Any:
+        return self.engine.files
+
+    def damaged_segments(self) -> int:
+        """How many segments of this node are known to be damaged."""
+        return sum(len(self.damaged(name)) for name in self.partitions())
 
     # -- reads --------------------------------------------------------------------------
 
@@ -185,14 +214,10 @@ class LocalStorage(SegmentedStorage):
         tick = min(1.0, self.policy.max_age_s / 4)
         while True:
             await asyncio.sleep(tick)
-            now = self.clock.now_ms()
             for part in self.served():
-                seg = part.writer.open_segment
-                if seg is None or seg.info.entries == 0:
-                    continue
-                if now - seg.info.created_ms >= self.policy.max_age_s * 1000:
+                if part.writer.full and part.rolling is None:
                     try:
-                        await part.writer.roll()
+                        await part.writer.ensure_open()
                     except StorageError as e:  # the next tick tries again
                         log.warning("%s: rolling an old segment failed: %s", part.writer.name, e)
 

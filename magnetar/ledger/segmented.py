@@ -13,9 +13,11 @@ storage (``magnetar.cluster.replicated``) are the two kinds.
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import contextlib
 import dataclasses
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,6 +28,8 @@ from magnetar.ledger.writer import SegmentIds, SegmentWriter
 from magnetar.meta import MetadataStore
 from magnetar.storage import OffsetOutOfRangeError, SegmentInfo, SegmentState
 from magnetar.storage.errors import PartitionNotFoundError, SegmentNotLocalError, StorageError
+
+log = logging.getLogger(__name__)
 
 TAIL_BYTES = 32 << 20  # confirmed entries kept per partition for tail reads
 
@@ -38,6 +42,7 @@ class Served:
     def __init__(self, writer: SegmentWriter, tail: Tail) -> None:
         self.writer = writer
         self.tail = tail
+        self.rolling: asyncio.Task[None] | None = None  # the eager roll of a full segment
 
 
 class SegmentedStorage:
@@ -53,6 +58,7 @@ class SegmentedStorage:
         policy: RolloverPolicy,
         *,
         tail_bytes: int = TAIL_BYTES,
+        eager: bool = False,
     ) -> None:
         self.meta = meta
         self.clock = clock
@@ -60,6 +66,10 @@ class SegmentedStorage:
         self.policy = policy
         self.ids = SegmentIds(meta)
         self.tail_bytes = tail_bytes
+        # a partition always has an open segment: made at open and as soon as the open one
+        # is full, as Pulsar's managed ledger does (else at the append that needs it)
+        self.eager = eager
+        self.tail_hits = 0  # reads served by a partition's tail in memory
         self._parts: dict[str, Served] = {}
 
     # -- what a kind of storage says ----------------------------------------------------
@@ -75,6 +85,10 @@ class SegmentedStorage:
         """Entries of the segment from entry id ``first`` (at least one), never past the
         last confirmed one; CorruptionError when the first cannot be read."""
         raise NotImplementedError
+
+    def count_tail_hit(self) -> None:
+        """A read was served by a partition's tail in memory."""
+        self.tail_hits += 1
 
     # -- partitions ---------------------------------------------------------------------
 
@@ -98,6 +112,8 @@ class SegmentedStorage:
         writer = await SegmentWriter.open(
             name, self.segment_storage, self.meta, self.ids, self.policy, self.clock, tail.append
         )
+        if self.eager:
+            await writer.ensure_open()
         self._parts[name] = Served(writer, tail)
 
     async def delete_partition(self, name: str) -> None:
@@ -166,9 +182,22 @@ class SegmentedStorage:
     ) -> Entry:
         """Append one entry; returns once storage has it durable (and every earlier entry
         is acknowledged). If it raises, nothing of it was acknowledged."""
-        return await self.part(name).writer.append(
+        part = self.part(name)
+        entry = await part.writer.append(
             payload, count=count, publish_time=publish_time, event_time=event_time, fmt=fmt
         )
+        if self.eager and part.rolling is None and part.writer.full:
+            part.rolling = asyncio.create_task(self._roll_full(part))
+        return entry
+
+    async def _roll_full(self, part: Served) -> None:
+        """Close the full open segment and open the next one now, not at the next append."""
+        try:
+            await part.writer.ensure_open()
+        except StorageError as e:  # released or unloaded meanwhile; else the next append
+            log.info("%s: rolling a full segment failed: %s", part.writer.name, e)
+        finally:
+            part.rolling = None
 
     # -- reads --------------------------------------------------------------------------
 
@@ -190,6 +219,7 @@ class SegmentedStorage:
             )
         cached = part.tail.read(offset, max_entries, max_bytes)
         if cached is not None:
+            self.count_tail_hit()
             return cached
         info = self.segment_at(name, offset)
         if offset >= info.end_offset:  # an empty segment between: try the next
@@ -259,6 +289,8 @@ class SegmentedStorage:
     async def close_all(self) -> None:
         """Close every open segment at its end, so the next writer needs no recovery."""
         for part in list(self._parts.values()):
+            if part.rolling is not None:
+                await part.rolling
             with contextlib.suppress(StorageError):
                 await part.writer.close_open()
 

@@ -422,16 +422,28 @@ class SegmentWriter:
         """Fence the previous writer's open segment, find where it ends, close it."""
         sid = record.info.segment_id
         last = await self.storage.fence(sid)
-        end = record.info.first_offset
-        if last >= 0:
-            [entry, *_] = await self.storage.read(sid, last, last)
-            end = entry.next_offset
+        end, size, first_ts, max_ts = record.info.first_offset, 0, NO_TIME, NO_TIME
+        eid = 0
+        while eid <= last:  # its size and times were never recorded: read them once
+            got = await self.storage.read(sid, eid, last)
+            if not got:
+                raise StorageError(f"entry {eid} of segment {sid} of {self.name} is not readable")
+            for entry in got:
+                size += entry.stored_size
+                if first_ts == NO_TIME:
+                    first_ts = entry.publish_time
+                max_ts = max(max_ts, entry.publish_time)
+                end = entry.next_offset
+            eid += len(got)
         await self.storage.seal(sid, last)
         closed = dataclasses.replace(
             record.info,
             state=SegmentState.CLOSED,
             end_offset=end,
             entries=last + 1,
+            size=size,
+            first_publish_time=first_ts,
+            max_publish_time=max_ts,
             closed_ms=self.clock.now_ms(),
         )
         await self._save(self.records, infos={sid: closed})
@@ -526,6 +538,18 @@ class SegmentWriter:
     @property
     def open_segment(self) -> SegmentRecord | None:
         return self._open.record if self._open is not None else None
+
+    @property
+    def full(self) -> bool:
+        """Whether the open segment is due to roll (size, entries or age)."""
+        return self._open is not None and self._open.failed is None and self._due(self._open)
+
+    async def ensure_open(self) -> None:
+        """Have an open segment that takes appends: a new one when there is none or the
+        open one is due to roll or failed (Pulsar's managed ledger opens its next ledger
+        at open and as soon as one is full, not at the next add)."""
+        async with self.lock:
+            await self._writable()
 
     @property
     def healthy(self) -> bool:

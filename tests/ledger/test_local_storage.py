@@ -167,7 +167,24 @@ async def test_an_idle_open_segment_is_closed_by_age(node: Node) -> None:
     await _append(storage, 3)
     node.clock.advance(1000)
     deadline = asyncio.get_running_loop().time() + 30
-    while storage.segments(NAME)[-1].state is SegmentState.OPEN:
+    while len(storage.segments(NAME)) < 2:  # closed, then the next one opened
         assert asyncio.get_running_loop().time() < deadline, "the old segment was not rolled"
         await asyncio.sleep(0.05)
-    assert storage.segments(NAME)[-1].entries == 3
+    first, *rest = storage.segments(NAME)
+    assert first.entries == 3
+    assert [(s.state, s.entries) for s in rest] == [(SegmentState.OPEN, 0)]  # the next one
+
+
+async def test_a_partition_always_has_an_open_segment(node: Node) -> None:
+    """As Pulsar's managed ledger: one at open, the next as soon as one is full."""
+    storage = await node.open(segment_max_entries=2)
+    [empty] = storage.segments(NAME)
+    assert (empty.state, empty.entries) == (SegmentState.OPEN, 0)
+    await _append(storage, 2)
+    deadline = asyncio.get_running_loop().time() + 30
+    while len(storage.segments(NAME)) < 2:
+        assert asyncio.get_running_loop().time() < deadline, "the full segment was not rolled"
+        await asyncio.sleep(0.01)
+    full, following = storage.segments(NAME)
+    assert (full.state, full.entries) == (SegmentState.CLOSED, 2)
+    assert (following.state, following.entries) == (SegmentState.OPEN, 0)
