@@ -54,6 +54,7 @@ from bench.common import (
 )
 from magnetar.core.config import build_settings
 from magnetar.core.metrics import Histogram
+from magnetar.ledger.local_storage import LocalStorage
 from magnetar.meta import open_metadata_store
 from magnetar.storage import StorageEngine, StorageSettings
 from magnetar.storage.fileio import write_all
@@ -219,22 +220,33 @@ def raw_baseline(directory: Path, size: int, plan: Plan, batch: int = 1) -> Writ
 # -- the engine -----------------------------------------------------------------------------
 
 
+Storage = StorageEngine | LocalStorage  # what standalone appends through, per --ledger-storage
+
+
 @contextlib.asynccontextmanager
-async def opened_engine(data_dir: Path) -> AsyncIterator[StorageEngine]:
-    settings = build_settings(env={}, overrides={"data_dir": data_dir, "fsync": "always"})
+async def opened_engine(data_dir: Path, kind: str = "engine") -> AsyncIterator[Storage]:
+    """Standalone's storage on ``data_dir``: the engine's partition API, or (``segments``)
+    the managed ledger's writer over the engine's ledgers."""
+    settings = build_settings(
+        env={}, overrides={"data_dir": data_dir, "fsync": "always", "ledger_storage": kind}
+    )
     meta = open_metadata_store(settings.metadata)
     try:
-        engine = await StorageEngine.open(StorageSettings.of(settings), meta)
+        storage: Storage
+        if kind == "segments":
+            storage = await LocalStorage.open(settings, meta)
+        else:
+            storage = await StorageEngine.open(StorageSettings.of(settings), meta)
         try:
-            yield engine
+            yield storage
         finally:
-            await engine.aclose()
+            await storage.aclose()
     finally:
         await meta.aclose()
 
 
 async def run_writers(
-    engine: StorageEngine, size: int, plan: Plan, writers: int, appended: asyncio.Event
+    engine: Storage, size: int, plan: Plan, writers: int, appended: asyncio.Event
 ) -> WriteResult:
     """``writers`` tasks append to the one partition until the plan says stop."""
 
@@ -268,16 +280,14 @@ async def drive_writers(
 
 
 async def follow_tail(
-    engine: StorageEngine,
+    engine: Storage,
     appended: asyncio.Event,
     finished: asyncio.Event,
     args: argparse.Namespace,
 ) -> ReadResult:
     """Read each entry as soon as it is acknowledged, until the writers have finished."""
-    # Peeking at the engine's private tail cache is fine in a benchmark: it shows whether
-    # the tail reads were really served from memory.
-    cache = engine._partitions[PARTITION].cache
-    hits_before = cache.hits
+    # reads served from memory (the engine's tail cache, or the writer's tail of a partition)
+    hits_before = engine.stats.cache_hits
     result = ReadResult()
     offset = engine.start_offset(PARTITION)
     while True:
@@ -295,12 +305,12 @@ async def follow_tail(
         result.reads += 1
         result.messages += entries[-1].next_offset - offset
         offset = entries[-1].next_offset
-    result.cache_hits = cache.hits - hits_before
+    result.cache_hits = engine.stats.cache_hits - hits_before
     return result
 
 
 async def write_and_follow(
-    engine: StorageEngine, size: int, plan: Plan, args: argparse.Namespace
+    engine: Storage, size: int, plan: Plan, args: argparse.Namespace
 ) -> tuple[WriteResult, ReadResult]:
     appended, finished = asyncio.Event(), asyncio.Event()
     follower = asyncio.create_task(follow_tail(engine, appended, finished, args))
@@ -313,7 +323,7 @@ async def write_and_follow(
     return written, tail
 
 
-async def read_all(engine: StorageEngine, args: argparse.Namespace) -> ReadResult:
+async def read_all(engine: Storage, args: argparse.Namespace) -> ReadResult:
     """Read the partition sequentially from its first offset to its end."""
     result = ReadResult()
     offset, end = engine.start_offset(PARTITION), engine.end_offset(PARTITION)
@@ -346,11 +356,12 @@ async def bench_size(workdir: Path, size: int, args: argparse.Namespace) -> Size
     raw = raw_baseline(workdir, size, plan)
     raw_grouped = raw_baseline(workdir, size, plan, batch=args.writers)
     data_dir = workdir / f"engine-{size}"
-    async with opened_engine(data_dir) as engine:
+    async with opened_engine(data_dir, args.ledger_storage) as engine:
         await engine.create_partition(PARTITION)
         written, tail = await write_and_follow(engine, size, plan, args)
         stats = {k: _plain(v) for k, v in dataclasses.asdict(engine.stats).items()}
-    async with opened_engine(data_dir) as engine:  # fresh engine: its tail cache is empty
+    async with opened_engine(data_dir, args.ledger_storage) as engine:  # cold tail and cache
+        await engine.create_partition(PARTITION)
         evict_page_cache(engine.ledger_dir)
         disk = await read_all(engine, args)
         cached = await read_all(engine, args)
@@ -472,6 +483,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--read-max-bytes", type=int, default=16 << 20)
     p.add_argument("--read-max-entries", type=int, default=100_000)
     p.add_argument("--markdown", action="store_true", help="print the tables as Markdown")
+    p.add_argument(
+        "--ledger-storage",
+        choices=("engine", "segments"),
+        default="engine",
+        help="standalone's storage to measure: the engine's partition API (default) or the "
+        "managed ledger's writer over the engine's ledgers (--ledger-storage segments)",
+    )
     args = p.parse_args(argv)
     args.sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     if args.messages < 1 or args.writers < 1 or min(args.sizes, default=0) < 1:

@@ -140,7 +140,8 @@ class SegmentedStorage:
         return name in self._parts
 
     def end_offset(self, name: str) -> int:
-        return self.part(name).writer.end
+        """The offset after the last acknowledged entry (appends in flight not counted)."""
+        return self.part(name).writer.confirmed_end
 
     def start_offset(self, name: str) -> int:
         return self.part(name).writer.start
@@ -208,7 +209,7 @@ class SegmentedStorage:
         confirmed entry. SegmentNotLocalError for a segment whose entries were dropped
         after its offload (the ledger reads it from the object store)."""
         part = self.part(name)
-        end, start = part.writer.end, part.writer.start
+        end, start = part.writer.confirmed_end, part.writer.start
         if offset >= end:
             if offset > end:
                 raise OffsetOutOfRangeError(f"offset {offset} is past the end of {name}")
@@ -247,7 +248,7 @@ class SegmentedStorage:
             found = await self.find_in_segment(name, info.segment_id, ts)
             if found is not None:
                 return found
-        return self.part(name).writer.end
+        return self.part(name).writer.confirmed_end
 
     async def find_in_segment(self, name: str, segment_id: int, ts: int) -> int | None:
         info = self.segment_info(name, segment_id)

@@ -540,6 +540,12 @@ class SegmentWriter:
         return self._open.record if self._open is not None else None
 
     @property
+    def confirmed_end(self) -> int:
+        """The offset after the last acknowledged entry (:attr:`end` counts the appends in
+        flight too: they have offsets, not yet an acknowledgement)."""
+        return self.records[-1].info.end_offset if self.records else self.start
+
+    @property
     def full(self) -> bool:
         """Whether the open segment is due to roll (size, entries or age)."""
         return self._open is not None and self._open.failed is None and self._due(self._open)

@@ -18,6 +18,7 @@ from magnetar.meta import MetadataStore, open_metadata_store
 from magnetar.storage import OffsetOutOfRangeError, SegmentState
 from magnetar.storage.errors import CorruptionError, SegmentNotLocalError, StorageError
 from magnetar.testing.clock import ManualClock
+from magnetar.testing.held_segments import HeldSegments
 
 NAME = "public/default/t-partition-0"
 
@@ -188,3 +189,28 @@ async def test_a_partition_always_has_an_open_segment(node: Node) -> None:
     full, following = storage.segments(NAME)
     assert (full.state, full.entries) == (SegmentState.CLOSED, 2)
     assert (following.state, following.entries) == (SegmentState.OPEN, 0)
+
+
+async def test_appends_in_flight_are_not_in_the_end_offset(tmp_path: Path) -> None:
+    """The end offset (Kafka's high watermark, backlogs, the last message id) counts only
+    acknowledged entries: one still in flight has offsets, and may yet fail."""
+    settings = build_settings(env={}, overrides={"data_dir": tmp_path / "data"})
+    meta = open_metadata_store(settings.metadata)
+    storage = await LocalStorage.open(settings, meta)
+    try:
+        held = HeldSegments(storage.segment_storage)
+        storage.segment_storage = held  # type: ignore[assignment]
+        await storage.create_partition(NAME)
+        await storage.append(NAME, b"a")
+        held.hold = True
+        pending = asyncio.create_task(storage.append(NAME, b"b", count=3))
+        while held.held == 0:
+            await asyncio.sleep(0)
+        assert storage.end_offset(NAME) == 1
+        assert await storage.read(NAME, 1) == []
+        held.release_appends()
+        assert (await pending).base_offset == 1
+        assert storage.end_offset(NAME) == 4
+    finally:
+        await storage.aclose()
+        await meta.aclose()
