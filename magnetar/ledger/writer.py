@@ -406,7 +406,24 @@ class SegmentWriter:
         recovery); nothing when it failed or another writer took the partition."""
         async with self.lock:
             if self._open is not None and self._open.failed is None and self.fenced is None:
-                await self._close_open()
+                await self._end_open()
+
+    async def _end_open(self) -> None:
+        """Close the open segment, or drop it from the list when it holds nothing (as
+        Pulsar's managed ledger drops an empty current ledger): a partition opened and
+        closed many times keeps no trail of empty segments."""
+        seg = self._open
+        if seg is None or seg.record.info.entries or seg.in_flight or seg.next_eid:
+            await self._close_open()
+            return
+        kept = [r for r in self.records if r is not seg.record]
+        await self._save(kept)
+        self.records, self._open = kept, None
+        try:
+            await self.storage.delete(seg.segment_id)
+        except StorageError as e:  # unlisted: nothing reads it again
+            log.warning("%s: deleting empty segment %d: %s", self.name, seg.segment_id, e)
+        self.storage.detach(seg.segment_id)
 
     async def roll(self) -> bool:
         """Close the open segment now if it holds anything; False if it did not."""
@@ -519,7 +536,7 @@ class SegmentWriter:
         async with self.lock:
             seg = self._open
             if seg is not None and seg.failed is None and self.fenced is None:
-                await self._close_open()
+                await self._end_open()
             self.fenced = FencedError(f"{self.name} was unloaded: another broker serves it")
             self._forget()
 

@@ -214,3 +214,14 @@ async def test_appends_in_flight_are_not_in_the_end_offset(tmp_path: Path) -> No
     finally:
         await storage.aclose()
         await meta.aclose()
+
+
+async def test_restarts_leave_no_trail_of_empty_segments(node: Node) -> None:
+    storage = await node.open()
+    await _append(storage, 1)
+    for _ in range(3):
+        await node.close()
+        storage = await node.open()
+    states = [(s.state, s.entries) for s in storage.segments(NAME)]
+    assert states == [(SegmentState.CLOSED, 1), (SegmentState.OPEN, 0)]
+    assert len(storage.store) == 2  # no ledger left behind by the dropped empty ones
