@@ -37,6 +37,7 @@ from magnetar.storage import (
 )
 from magnetar.storage.errors import CorruptionError, StorageError
 from magnetar.storage.ledger_store import LedgerStore
+from magnetar.storage.tail_cache import CacheBudget
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +57,19 @@ class LocalStorage(SegmentedStorage):
         meta: MetadataStore,
         clock: Clock,
         policy: RolloverPolicy,
+        tail_bytes: int,
     ) -> None:
-        super().__init__(meta, clock, LocalSegments(store), policy, eager=True)
+        # the partitions' tails share the node's budget (tail_cache_bytes); the engine
+        # beneath keeps no cache of its own (see _engine_settings)
+        self.tail_budget = CacheBudget(tail_bytes)
+        super().__init__(
+            meta,
+            clock,
+            LocalSegments(store),
+            policy,
+            tails=self.tail_budget.cache,
+            eager=True,
+        )
         self.engine = engine
         self.store = store
         # entry id → base offset / publish time of each segment, the confirmed prefix
@@ -90,7 +102,7 @@ class LocalStorage(SegmentedStorage):
         policy = RolloverPolicy(
             settings.segment_max_bytes, settings.segment_max_entries, settings.segment_max_age
         )
-        storage = cls(engine, store, meta, clock, policy)
+        storage = cls(engine, store, meta, clock, policy, settings.tail_cache_bytes)
         if policy.max_age_s > 0:
             storage._ager = asyncio.create_task(storage._age_loop(), name="magnetar-ager")
         return storage
@@ -112,8 +124,9 @@ class LocalStorage(SegmentedStorage):
         self.engine.stats.cache_hits += 1
 
     @property
-    def cache_budget(self) -> Any:
-        return self.engine.cache_budget
+    def cache_budget(self) -> CacheBudget:
+        """The budget of the partitions' tails (the node's tail cache)."""
+        return self.tail_budget
 
     @property
     def files(self) -> Any:
@@ -244,6 +257,8 @@ class EntryDamagedError(CorruptionError):
 
 
 def _engine_settings(settings: Settings) -> StorageSettings:
-    """The engine under the ledgers rolls its files by size only: segments are the
-    writer's, and an idle ledger needs no roll of its own."""
-    return dataclasses.replace(StorageSettings.of(settings), segment_max_age=0)
+    """The engine under the ledgers rolls its files by size only (segments are the
+    writer's, and an idle ledger needs no roll of its own) and caches nothing: the
+    partitions' tails above it hold the newest entries, within the node's budget."""
+    base = StorageSettings.of(settings)
+    return dataclasses.replace(base, segment_max_age=0, tail_cache_bytes=0)

@@ -18,8 +18,8 @@ import bisect
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 from magnetar.core.clock import Clock
 from magnetar.core.entries import Entry
@@ -36,10 +36,20 @@ TAIL_BYTES = 32 << 20  # confirmed entries kept per partition for tail reads
 Index = tuple[Sequence[int], Sequence[int]]  # base offsets, publish times, by entry id
 
 
+class TailLike(Protocol):
+    """A partition's newest confirmed entries in memory."""
+
+    def add(self, entry: Entry) -> None: ...
+
+    def read(self, offset: int, max_entries: int, max_bytes: int) -> list[Entry] | None:
+        """Entries from the one holding ``offset``; None when it is not held."""
+        ...
+
+
 class Served:
     """A partition this process writes: its writer and the tail of confirmed entries."""
 
-    def __init__(self, writer: SegmentWriter, tail: Tail) -> None:
+    def __init__(self, writer: SegmentWriter, tail: TailLike) -> None:
         self.writer = writer
         self.tail = tail
         self.rolling: asyncio.Task[None] | None = None  # the eager roll of a full segment
@@ -58,6 +68,7 @@ class SegmentedStorage:
         policy: RolloverPolicy,
         *,
         tail_bytes: int = TAIL_BYTES,
+        tails: Callable[[], TailLike] | None = None,
         eager: bool = False,
     ) -> None:
         self.meta = meta
@@ -66,6 +77,8 @@ class SegmentedStorage:
         self.policy = policy
         self.ids = SegmentIds(meta)
         self.tail_bytes = tail_bytes
+        # a new partition's tail: its own budget of tail_bytes unless a shared one is given
+        self.tails: Callable[[], TailLike] = tails or (lambda: Tail(tail_bytes))
         # a partition always has an open segment: made at open and as soon as the open one
         # is full, as Pulsar's managed ledger does (else at the append that needs it)
         self.eager = eager
@@ -108,9 +121,9 @@ class SegmentedStorage:
         """Open the partition (recovering its last segment if its writer died) or create it."""
         if name in self._parts:
             return
-        tail = Tail(self.tail_bytes)
+        tail = self.tails()
         writer = await SegmentWriter.open(
-            name, self.segment_storage, self.meta, self.ids, self.policy, self.clock, tail.append
+            name, self.segment_storage, self.meta, self.ids, self.policy, self.clock, tail.add
         )
         if self.eager:
             await writer.ensure_open()
@@ -306,7 +319,7 @@ class Tail:
         self.head = 0  # entries before it are evicted
         self.size = 0
 
-    def append(self, entry: Entry) -> None:
+    def add(self, entry: Entry) -> None:
         self.entries.append(entry)
         self.bases.append(entry.base_offset)
         self.size += len(entry.payload)
