@@ -105,9 +105,10 @@ class LocalSegments:
         return StorageError(f"segment {segment} is sealed at entry {seg.sealed}")
 
     async def seal(self, segment: int, last_entry: int) -> None:
-        """In memory: the writer records the end in the segment list (CLOSED, entries),
-        which :meth:`attach` reads back."""
+        """The writer records the end in the segment list (CLOSED, entries), which
+        :meth:`attach` reads back; the store closes the ledger's file."""
         self._segments.setdefault(segment, _Segment()).sealed = last_entry
+        await self.store.seal(segment)
 
     async def fence(self, segment: int) -> int:
         """The fence is on disk and appends accepted before it finished when this returns."""

@@ -261,4 +261,4 @@ def _engine_settings(settings: Settings) -> StorageSettings:
     writer's, and an idle ledger needs no roll of its own) and caches nothing: the
     partitions' tails above it hold the newest entries, within the node's budget."""
     base = StorageSettings.of(settings)
-    return dataclasses.replace(base, segment_max_age=0, tail_cache_bytes=0)
+    return dataclasses.replace(base, segment_max_age=0, segment_max_entries=0, tail_cache_bytes=0)

@@ -267,6 +267,7 @@ async def _copy_segment(
         _check_ours(name, held, info)
         if _complete(held, info):
             log.info("upgrading %s: segment %d was copied by an earlier run", name, sid)
+            await store.seal(sid)  # if that run stopped before it closed the file
             return False
         await store.delete(sid)  # cut short by a crash: copy it again from the start
     await store.create(sid)
@@ -285,6 +286,7 @@ async def _copy_segment(
         await asyncio.gather(*(store.add(sid, Record.of(eid + i, e)) for i, e in enumerate(got)))
         eid, offset = eid + len(got), got[-1].next_offset
         step(UpgradeStep(StepKind.COPIED, name, sid, eid))
+    await store.seal(sid)  # every upgraded segment is closed: its file too
     step(UpgradeStep(StepKind.LEDGER, name, sid, eid))
     return True
 

@@ -310,6 +310,14 @@ class LedgerStore:
         finally:
             os.close(fd)
 
+    async def seal(self, ledger_id: int) -> None:
+        """The ledger takes no more entries here: its engine file is closed (a closed file
+        found damaged later fails the reads of its entries, where damage in an open one
+        stops the engine from opening at all). Durable when this returns."""
+        name = ledger_partition(ledger_id)
+        if self.engine.has_partition(name):
+            await self.engine.roll(name)
+
     async def delete(self, ledger_id: int) -> None:
         """Delete the ledger's entries and its fence; durable when this returns."""
         self._ledgers.pop(ledger_id, None)
