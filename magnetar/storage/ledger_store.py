@@ -31,6 +31,7 @@ from magnetar.core.entries import Entry
 from magnetar.core.futures import resolve
 from magnetar.storage.engine import StorageEngine
 from magnetar.storage.errors import CorruptionError, FencedError, StorageError
+from magnetar.storage.fileio import as_storage_error
 from magnetar.storage.ledger_records import Record, pack_entry
 
 log = logging.getLogger(__name__)
@@ -193,7 +194,10 @@ class LedgerStore:
         """Make the ledger's partition now (idempotent; durable when this returns), so the
         adds that follow reach the engine in call order with no wait before it."""
         self._ledgers.setdefault(ledger_id, StoredLedger())
-        await self.engine.create_partition(ledger_partition(ledger_id))
+        try:
+            await self.engine.create_partition(ledger_partition(ledger_id))
+        except OSError as e:
+            raise as_storage_error(e, f"creating ledger {ledger_id}") from e
 
     async def add(
         self, ledger_id: int, record: Record, *, lac: int = -1, recovery: bool = False
@@ -316,7 +320,10 @@ class LedgerStore:
         stops the engine from opening at all). Durable when this returns."""
         name = ledger_partition(ledger_id)
         if self.engine.has_partition(name):
-            await self.engine.roll(name)
+            try:
+                await self.engine.roll(name)
+            except OSError as e:
+                raise as_storage_error(e, f"closing ledger {ledger_id}") from e
 
     async def delete(self, ledger_id: int) -> None:
         """Delete the ledger's entries and its fence; durable when this returns."""

@@ -12,6 +12,7 @@ reconnects and resends until its send timeout.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import urllib.request
 from collections.abc import Iterator
@@ -47,13 +48,14 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
 
 def _fill(disk: Path) -> Path:
     ballast = disk / "ballast"
-    with ballast.open("wb") as f:
-        try:
-            while True:
-                f.write(b"\0" * (1 << 16))
-                f.flush()
-        except OSError:
-            pass
+    fd = os.open(ballast, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:  # unbuffered: no write left over for the close to fail on
+        while True:
+            os.write(fd, b"\0" * (1 << 16))
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
     return ballast
 
 
