@@ -177,9 +177,9 @@ class LocalStorage(SegmentedStorage):
         last = min(info.entries - 1, first + max_entries - 1)
         if first > last:
             return []
-        got = await self.store.read(sid, first, last, max_bytes)
-        if got is not None and got.records:
-            return [r.entry(sid) for r in got.records]
+        got = await self.store.read_entries(sid, first, last, max_bytes)
+        if got is not None and got[0]:
+            return got[0]
         held = self.store.ledger(sid)
         problem = held.damaged if held is not None and held.damaged else "it is not stored"
         raise EntryDamagedError(self.ledger_dir, sid, first, problem)

@@ -32,7 +32,7 @@ from magnetar.core.futures import resolve
 from magnetar.storage.engine import StorageEngine
 from magnetar.storage.errors import CorruptionError, FencedError, StorageError
 from magnetar.storage.fileio import as_storage_error
-from magnetar.storage.ledger_records import Record, pack_entry
+from magnetar.storage.ledger_records import ENTRY_ID, RECORD, Record, entry_of, pack_entry
 
 log = logging.getLogger(__name__)
 
@@ -344,13 +344,35 @@ class LedgerStore:
         """Records ``first``, ``first + 1``, … while the store holds them, up to ``last``
         and about ``max_bytes`` of payload (at least one record). None when ``first`` is
         not held and the ledger is not known damaged."""
+        got = await self._read(ledger_id, first, last, max_bytes)
+        if got is None:
+            return None
+        stored, damaged_at = got
+        return LedgerRead([Record.unpack(data) for data in stored], damaged_at)
+
+    async def read_entries(
+        self, ledger_id: int, first: int, last: int, max_bytes: int
+    ) -> tuple[list[Entry], int | None] | None:
+        """As :meth:`read`, the entries themselves (of segment ``ledger_id``): the local
+        reader's path, with no record in between."""
+        got = await self._read(ledger_id, first, last, max_bytes)
+        if got is None:
+            return None
+        stored, damaged_at = got
+        return [entry_of(data, ledger_id) for data in stored], damaged_at
+
+    async def _read(
+        self, ledger_id: int, first: int, last: int, max_bytes: int
+    ) -> tuple[list[bytes], int | None] | None:
+        """The stored records of ``first``.. (see :meth:`read`), and the entry id where a
+        read stopped at damage (None: it did not)."""
         ledger = self._ledgers.get(ledger_id)
         if ledger is None:
             return None
         if first not in ledger.rows:
-            return LedgerRead([], first) if ledger.damaged else None
+            return ([], first) if ledger.damaged else None
         name, size, eid = ledger_partition(ledger_id), 0, first
-        records: list[Record] = []
+        stored: list[bytes] = []
         while eid <= last and eid in ledger.rows and size < max_bytes:
             local = ledger.rows[eid][0]
             want = min(last - eid + 1, READ_CHUNK)
@@ -360,14 +382,14 @@ class LedgerStore:
                 )
             except CorruptionError as err:
                 ledger.damaged = str(err)
-                return LedgerRead(records, eid)
+                return stored, eid
             progressed = False
             for e in got:
-                r = Record.unpack(e.payload)
-                if r.entry_id != eid or size >= max_bytes:
+                data = e.payload
+                if ENTRY_ID.unpack_from(data)[0] != eid or size >= max_bytes:
                     break
-                records.append(r)
-                size += len(r.payload)
+                stored.append(data)
+                size += len(data) - RECORD.size
                 eid += 1
                 progressed = True
                 if eid > last:
@@ -377,8 +399,8 @@ class LedgerStore:
         if ledger.damaged and eid <= last and eid not in ledger.rows and size < max_bytes:
             # stopped at an entry lost to the damage met at load: say so, so the reader
             # counts it and has the copy repaired
-            return LedgerRead(records, eid)
-        return LedgerRead(records)
+            return stored, eid
+        return stored, None
 
     async def read_records(self, ledger_id: int, eids: list[int]) -> list[Record]:
         """The records of ``eids`` (all held), in that order."""
