@@ -3,6 +3,9 @@ the admin REST API and CLI, and the offloaded objects read with plain pyarrow.pa
 
 from __future__ import annotations
 
+import contextlib
+import json
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -166,8 +169,23 @@ def offload_status(admin: AdminHttp, topic: str) -> dict[str, Any]:
 
 
 def local_segments(data_dir: Path) -> set[int]:
-    """Ids of the segments whose files are on the local disk."""
-    return {int(p.stem) for p in (data_dir / "ledgers").rglob("*.log")}
+    """Ids of the segments whose files are on the local disk: the engine's segment files,
+    or (``--ledger-storage segments``) the ledgers ``L<segment id>`` with files, found
+    through the engine's partition records in the metadata store."""
+    with contextlib.closing(
+        sqlite3.connect(f"file:{data_dir / 'metadata.db'}?mode=ro", uri=True)
+    ) as db:
+        rows = db.execute(
+            "SELECT value FROM nodes WHERE path LIKE '/storage/partitions/L%'"
+        ).fetchall()
+    ledgers = {int(d["name"][1:]): d["id"] for d in (json.loads(v) for (v,) in rows)}
+    if not ledgers:
+        return {int(p.stem) for p in (data_dir / "ledgers").rglob("*.log")}
+    return {
+        ledger
+        for ledger, pid in ledgers.items()
+        if any((data_dir / "ledgers" / f"{pid:010d}").glob("*.log"))
+    }
 
 
 def parquet_objects(data_dir: Path, topic: str) -> list[Path]:
