@@ -228,11 +228,7 @@ class LocalStorage(SegmentedStorage):
         while True:
             await asyncio.sleep(tick)
             for part in self.served():
-                if part.writer.full and part.rolling is None:
-                    try:
-                        await part.writer.ensure_open()
-                    except StorageError as e:  # the next tick tries again
-                        log.warning("%s: rolling an old segment failed: %s", part.writer.name, e)
+                self.roll_if_full(part)
 
     # -- lifecycle ----------------------------------------------------------------------
 

@@ -200,9 +200,15 @@ class SegmentedStorage:
         entry = await part.writer.append(
             payload, count=count, publish_time=publish_time, event_time=event_time, fmt=fmt
         )
-        if self.eager and part.rolling is None and part.writer.full:
-            part.rolling = asyncio.create_task(self._roll_full(part))
+        if self.eager:
+            self.roll_if_full(part)
         return entry
+
+    def roll_if_full(self, part: Served) -> None:
+        """Close ``part``'s open segment if it is full (size, entries or age) and open the
+        next one, in the background; nothing while an earlier roll is under way."""
+        if part.rolling is None and part.writer.full:
+            part.rolling = asyncio.create_task(self._roll_full(part))
 
     async def _roll_full(self, part: Served) -> None:
         """Close the full open segment and open the next one now, not at the next append."""

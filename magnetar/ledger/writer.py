@@ -413,7 +413,7 @@ class SegmentWriter:
         Pulsar's managed ledger drops an empty current ledger): a partition opened and
         closed many times keeps no trail of empty segments."""
         seg = self._open
-        if seg is None or seg.record.info.entries or seg.in_flight or seg.next_eid:
+        if seg is None or seg.next_eid:  # an entry was handed to storage: keep it
             await self._close_open()
             return
         kept = [r for r in self.records if r is not seg.record]
