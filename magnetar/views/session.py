@@ -132,3 +132,26 @@ def first_line(error: BaseException) -> str:
     """The useful part of a Spark exception (its first line, without the JVM stack)."""
     text = str(error).strip() or type(error).__name__
     return text.splitlines()[0][:2000]
+
+
+def root_cause(error: BaseException) -> str | None:
+    """The innermost JVM cause of a Spark exception ("class: message"), which Spark's own
+    message leaves out ("Task not serializable" says nothing of what could not be); None
+    when ``error`` did not come from the JVM."""
+    cause, found = getattr(error, "_origin", None), None
+    try:
+        for _ in range(16):  # a cause chain is short; a cycle must not hang us
+            cause = cause.getCause() if cause is not None else None
+            if cause is None:
+                break
+            found = f"{cause.getClass().getName()}: {cause.getMessage()}"
+    except Exception:  # the gateway is gone (Spark stopping): keep what was found
+        pass
+    return found
+
+
+def spark_error(error: BaseException) -> str:
+    """:func:`first_line` of a Spark exception, with its root cause when the JVM gave one."""
+    cause = root_cause(error)
+    line = first_line(error)
+    return f"{line} (caused by {first_line(RuntimeError(cause))})" if cause else line

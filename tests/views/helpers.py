@@ -110,3 +110,10 @@ def counts(items: list[tuple[str, int]]) -> dict[str, dict[str, Any]]:
 
 def dumps(value: Any) -> str:
     return json.dumps(value, sort_keys=True)
+
+
+def last_words(output: list[str], tail: int = 40) -> str:
+    """What a server printed that says why a view stopped: every JVM 'Caused by' line and
+    view warning (a Java trace's own tail is mostly frames), then its last ``tail`` lines."""
+    telling = [ln for ln in output[:-tail] if "Caused by" in ln or "view " in ln]
+    return "".join([*telling[-40:], "...\n", *output[-tail:]])

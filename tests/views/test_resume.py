@@ -69,7 +69,7 @@ def test_a_view_whose_store_is_down_at_restart_fails_clearly_then_resumes(
         try:
             h.wait_for(lambda: h.reached(rest, "inredis", TOPIC, 80), 180, "inredis at 80")
         except AssertionError as e:  # say why (seen once in a full run): status, last words
-            log, status = "".join(server.output[-80:]), h.view(rest, "inredis")
+            log, status = h.last_words(server.output), h.view(rest, "inredis")
             raise AssertionError(f"{e}\nstatus: {status}\nserver:\n{log}") from None
         assert h.view(rest, "inredis")["state"] == "LIVE"
         got = {u: r["n"] for u, r in h.rows_by(rest, "inredis", "user").items()}

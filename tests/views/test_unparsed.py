@@ -152,7 +152,7 @@ def test_the_count_survives_a_restart_exactly_once(mixed: Mixed) -> None:
         try:
             status = h.wait_for(lambda n=name: h.reached(rest, n, TOPIC, end), 240, f"{name} done")
         except AssertionError as e:  # say why: the view's status and the server's last words
-            log = "".join(server.output[-80:])
+            log = h.last_words(server.output)
             raise AssertionError(f"{e}\nstatus: {h.view(rest, name)}\nserver:\n{log}") from None
         assert status["unparsed"] == 3, name
         assert status["firstUnparsed"]["offset"] == 3

@@ -50,16 +50,23 @@ class AcksZeroFailure(KafkaProtocolError):
 
 async def produce(svc: Service, session: Session, req: Request) -> dict[str, Any] | None:
     b = req.body
-    jobs = []
+    jobs, where = [], []
     for t in b.topic_data:
         for p in t.partition_data:
+            where.append(f"{t.name}-{p.index}")
             jobs.append(
                 _produce_partition(svc, session, t.name, p.index, p.records, b.transactional_id)
             )
     # gather starts the partitions in request order, so appends queue in arrival order.
     results: list[Stored] = await asyncio.gather(*jobs)
     if b.acks == 0:
-        if any(r.error for r in results):
+        failed = [f"{w}: {r.error.name}" for w, r in zip(where, results, strict=True) if r.error]
+        if failed:  # the client is told only by the close: say here what was refused
+            log.warning(
+                "closing Kafka connection from %s: a produce with acks=0 failed (%s)",
+                session.peer,
+                ", ".join(failed),
+            )
             raise AcksZeroFailure("a produce with acks=0 failed")
         return None
     it = iter(results)
