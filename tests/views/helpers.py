@@ -113,7 +113,14 @@ def dumps(value: Any) -> str:
 
 
 def last_words(output: list[str], tail: int = 40) -> str:
-    """What a server printed that says why a view stopped: every JVM 'Caused by' line and
-    view warning (a Java trace's own tail is mostly frames), then its last ``tail`` lines."""
-    telling = [ln for ln in output[:-tail] if "Caused by" in ln or "view " in ln]
-    return "".join([*telling[-40:], "...\n", *output[-tail:]])
+    """What a server printed that says why a view stopped: the JVM's 'Caused by' and
+    serialization-stack lines and view warnings (a Java trace's own tail is mostly frames),
+    then its last ``tail`` lines."""
+    telling = [ln for ln in output[:-tail] if _telling(ln)]
+    return "".join([*telling[-60:], "...\n", *output[-tail:]])
+
+
+def _telling(line: str) -> bool:
+    """A line of a JVM trace that names something (not a frame), or a view warning."""
+    named = ("Caused by", "Serialization stack", "Exception", "view ")
+    return any(w in line for w in named) or line.lstrip("E ").startswith(("\t- ", "- "))
