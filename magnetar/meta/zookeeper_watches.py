@@ -121,6 +121,7 @@ class SessionWatch:
         self.state = SessionState.CONNECTED
         self._timer: threading.Timer | None = None
         self._lock = threading.Lock()
+        self._given_up: int | None = None  # the session id counted LOST on our own clock
 
     def add(self, callback: Callable[[SessionState], None]) -> Callable[[], None]:
         self.callbacks.append(callback)
@@ -143,7 +144,28 @@ class SessionWatch:
                 self._change(SessionState.LOST)
             elif state == KazooState.CONNECTED:
                 self._cancel_timer()
+                if self._revived():
+                    return  # not CONNECTED yet: that comes with the new session
                 self._change(SessionState.CONNECTED)
+
+    def _revived(self) -> bool:
+        """Connected again with the session given up on (a connect request with its id was
+        already in flight when it was reset, and the thawed server had not expired it):
+        its ephemeral nodes are alive again for an owner that stopped acting on them. Close
+        it (the server deletes them) and start a new one, off kazoo's thread."""
+        client_id = self.store._zk.client_id
+        if self._given_up is None or not client_id or client_id[0] != self._given_up:
+            self._given_up = None
+            return False
+        log.warning("ZooKeeper revived session 0x%x, given up on: closing it", client_id[0])
+        threading.Thread(target=self._renew, name="zk-renew", daemon=True).start()
+        return True
+
+    def _renew(self) -> None:
+        try:
+            self.store._zk.restart()  # stop closes the session; start opens a new one
+        except Exception:  # the store reports the outage through its calls meanwhile
+            log.exception("could not replace the revived ZooKeeper session")
 
     def _expired(self) -> None:
         with self._lock:
@@ -153,6 +175,8 @@ class SessionWatch:
                 # all, for an owner that has already stopped acting on them. Curator does
                 # the same ("injected" session expiration); the server expires the old
                 # session on its own, since nobody speaks for it any more.
+                client_id = self.store._zk.client_id
+                self._given_up = client_id[0] if client_id else None
                 self.store._zk._reset_session()
                 self._change(SessionState.LOST)
 

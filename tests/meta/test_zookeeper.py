@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
+from kazoo.client import KazooState
 
 from magnetar.meta import (
     BadVersionError,
@@ -191,6 +192,33 @@ async def test_a_session_cut_off_past_its_timeout_is_lost_before_anyone_takes_ov
         async with asyncio.timeout(TIMEOUT_S):  # the old session's node goes
             while await owner.get("/owners/x") is not None:
                 await asyncio.sleep(0.1)
+
+
+async def test_a_session_revived_after_it_was_given_up_is_closed_not_used(
+    open_store: OpenStore,
+) -> None:
+    """The race the test above can lose under load: the store gives its session up on its
+    own clock, but a connect request carrying the old id was already in flight, and the
+    server, not having expired it yet, revives it — ephemeral nodes and all. The store
+    must close that session (its nodes go) and go on with a new one. Injected: kazoo's
+    SUSPENDED, our timer's expiry, then a reconnection with the old id."""
+    owner = open_store(session_timeout=2.0)
+    states: list[SessionState] = []
+    owner.on_session(states.append)
+    node = f"/owners/{uuid.uuid4().hex}"
+    await owner.create_ephemeral(node, b"")
+    zk, watch = owner._zk, owner._session
+    old_id, old_password = zk.client_id
+    watch.on_state(KazooState.SUSPENDED)
+    watch._cancel_timer()
+    watch._expired()  # given up: the session id is reset in kazoo
+    zk._session_id, zk._session_passwd = old_id, old_password  # the connect in flight
+    watch.on_state(KazooState.CONNECTED)  # kazoo, back on the revived session
+    await _until(lambda: states[-1:] == [SessionState.CONNECTED], "a new session")
+    assert states == [SessionState.SUSPENDED, SessionState.LOST, SessionState.CONNECTED]
+    assert zk.client_id[0] != old_id
+    assert await owner.get(node) is None  # closed with the old session
+    await owner.put("/after-revival", b"works")
 
 
 @pytest.mark.slow
