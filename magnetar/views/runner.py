@@ -33,7 +33,13 @@ from magnetar.views.errors import (
     ViewFencedError,
 )
 from magnetar.views.model import Offsets, Position, ViewDefinition, ViewState, key_text
-from magnetar.views.session import bind_view_sql, first_line, source_reader, spark_error
+from magnetar.views.session import (
+    bind_view_sql,
+    first_line,
+    root_cause,
+    source_reader,
+    spark_error,
+)
 from magnetar.views.stores.base import StateStore
 from magnetar.views.transform import TOP_LEVEL, FoldResult, events_of, fold, load_function
 from magnetar.views.unparsed import FAIL, Unparsed, UnparsedLog, failure_message, in_range, in_rows
@@ -299,6 +305,9 @@ class ViewRunner:
             except Exception as e:  # the query died: keep the first, most precise error
                 if self._restart(e):
                     continue
+                cause = root_cause(e)
+                if cause:  # whole: Spark's own message may span lines (serialization path)
+                    log.warning("view %s: its query died in Spark: %s", self.dataset, cause)
                 self._fail(spark_error(e), None)
                 return
             break
@@ -320,8 +329,8 @@ class ViewRunner:
             self.restarts += 1
         log.warning(
             "view %s: its query died in Spark (%s); starting it again from its checkpoint "
-            "(restart %d of at most %d)", self.dataset, spark_error(error), self.restarts,
-            MAX_RESTARTS,
+            "(restart %d of at most %d)\n%s", self.dataset, spark_error(error), self.restarts,
+            MAX_RESTARTS, root_cause(error) or "",
         )  # fmt: skip
         time.sleep(RESTART_PAUSE_S * self.restarts)
         try:

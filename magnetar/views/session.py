@@ -135,9 +135,10 @@ def first_line(error: BaseException) -> str:
 
 
 def root_cause(error: BaseException) -> str | None:
-    """The innermost JVM cause of a Spark exception ("class: message"), which Spark's own
-    message leaves out ("Task not serializable" says nothing of what could not be); None
-    when ``error`` did not come from the JVM."""
+    """The innermost JVM cause of a Spark exception ("class: message", the message whole:
+    a serialization failure's names the object path), which Spark's own message leaves out
+    ("Task not serializable" says nothing of what could not be); None when ``error`` did
+    not come from the JVM."""
     cause, found = getattr(error, "_origin", None), None
     try:
         for _ in range(16):  # a cause chain is short; a cycle must not hang us
