@@ -39,6 +39,7 @@ from magnetar.views.session import (
     root_cause,
     source_reader,
     spark_error,
+    start_streaming,
 )
 from magnetar.views.stores.base import StateStore
 from magnetar.views.transform import TOP_LEVEL, FoldResult, events_of, fold, load_function
@@ -281,7 +282,7 @@ class ViewRunner:
         if opts.trigger_ms > 0:
             writer = writer.trigger(processingTime=f"{opts.trigger_ms} milliseconds")
         try:
-            return writer.start()
+            return start_streaming(writer)
         except Exception as e:  # e.g. an operation streaming queries cannot run
             raise InvalidViewError(f"invalid SQL for a streaming view: {first_line(e)}") from None
 

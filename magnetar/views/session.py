@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -19,6 +20,15 @@ from magnetar.views.errors import InvalidViewError
 from magnetar.views.sqlcheck import analysed_frame, parse_view_sql
 
 BIND_LOCK = threading.Lock()
+# Spark 4.3's Python streaming source (PythonStreamingSourceRunner.init) writes its worker
+# settings into the environment map of the source's PythonFunction, which every query of the
+# process shares, without a lock. Two queries initialising their sources at once (views
+# resuming together after a restart) can corrupt that Scala HashMap for good: every later
+# task of every view fails "Task not serializable" (caused by "Illegal size 5 of collection,
+# expected 7"). So streaming queries start one at a time, each until its sources are made.
+SOURCES_LOCK = threading.Lock()
+SOURCES_TIMEOUT_S = 300.0  # a source that takes longer to initialise frees the turn anyway
+INITIALIZING = ("Initializing StreamExecution", "Initializing sources")  # Spark's statuses
 _START_LOCK = threading.Lock()
 _session: Any = None
 # Settings no ``conf`` overrides: a second wall behind the SQL check (sqlcheck), so a file
@@ -53,6 +63,20 @@ def spark_session(master: str, conf: Mapping[str, str] | None = None) -> Any:
             _session = builder.getOrCreate()
             _session.sparkContext.setLogLevel("ERROR")
         return _session
+
+
+def start_streaming(writer: Any, *, timeout: float = SOURCES_TIMEOUT_S) -> Any:
+    """``writer.start()``, the query returned once its sources are initialised (or it
+    stopped), never while another query of this process initialises its own (see
+    :data:`SOURCES_LOCK`)."""
+    with SOURCES_LOCK:
+        query = writer.start()
+        deadline = time.monotonic() + timeout
+        while query.isActive and time.monotonic() < deadline:
+            if query.status["message"] not in INITIALIZING:
+                break
+            time.sleep(0.02)
+        return query
 
 
 def source_reader(
