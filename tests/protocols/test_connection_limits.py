@@ -166,21 +166,43 @@ def _kafka_round_trip(
     for value in sent:
         producer.produce(topic, value=value)
     assert producer.flush(WAIT_S) == 0
+    said = _Said()  # the consumer's own account of its group and fetches, for a failure
     consumer = confluent_kafka.Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": topic, "auto.offset.reset": "earliest"}
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": topic,
+            "auto.offset.reset": "earliest",
+            "debug": "cgrp,fetch",
+        },
+        logger=said,
     )
     got: list[bytes] = []
+    errors: list[str] = []
     try:
         consumer.subscribe([topic])
         deadline = time.monotonic() + WAIT_S
         while len(got) < n and time.monotonic() < deadline:
             msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is not None:
+                errors.append(str(msg.error()))
             received = msg.value() if msg is not None and msg.error() is None else None
             if received is not None:
                 got.append(received)
     finally:
         consumer.close()
-    assert got == sent
+    assert got == sent, f"read {len(got)} of {n}; errors {errors[-5:]}; consumer:\n" + "\n".join(
+        said.lines[-40:]
+    )
+
+
+class _Said:
+    """A logger for librdkafka's debug lines (kept, not printed)."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def log(self, level: int, msg: str, *args: object) -> None:  # logging.Logger's shape
+        self.lines.append(msg % args if args else msg)
 
 
 # -- caps ----------------------------------------------------------------------------------

@@ -10,8 +10,11 @@ class's own when it is one, else REQUEST_TIMED_OUT), a non-retriable one with it
 from __future__ import annotations
 
 import enum
+import logging
 
 from magnetar.core.errors import MagnetarError
+
+log = logging.getLogger(__name__)
 
 
 class ErrorCode(enum.IntEnum):
@@ -196,4 +199,6 @@ def error_code_of(error: BaseException) -> ErrorCode:
     code = declared(type(error))
     if error.retriable and code not in RETRIABLE:
         return ErrorCode.REQUEST_TIMED_OUT
+    if code is ErrorCode.UNKNOWN_SERVER_ERROR:  # the client learns nothing: say it here
+        log.warning("answering Kafka UNKNOWN_SERVER_ERROR for %s: %s", type(error).__name__, error)
     return code
