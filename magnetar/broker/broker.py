@@ -260,20 +260,23 @@ class Broker:
         if topic is not None:
             return topic
         loading = self._loading.get(key)
-        if loading is not None:
-            return await asyncio.shield(loading)
-        future: asyncio.Future[Topic] = asyncio.get_running_loop().create_future()
-        self._loading[key] = future
+        if loading is None:
+            # The load is a task of its own: a caller that goes away (a client that
+            # disconnects while its request creates the topic) must not stop it half-way,
+            # with the partition registered but not open here (every later load of the
+            # topic then failed). Callers wait for it shielded.
+            loading = asyncio.get_running_loop().create_task(self._load_once(name, create))
+            loading.add_done_callback(_retrieved)
+            self._loading[key] = loading
+        return await asyncio.shield(loading)
+
+    async def _load_once(self, name: TopicName, create: bool) -> Topic:
+        key = str(name)
         try:
             topic = await self._load(name, create)
-        except BaseException as e:
-            future.set_exception(e)
-            future.exception()  # retrieved: callers that await it get it re-raised
-            raise
         finally:
             self._loading.pop(key, None)
         self.topics[key] = topic
-        future.set_result(topic)
         return topic
 
     async def _load(self, name: TopicName, create: bool) -> Topic:
@@ -439,7 +442,16 @@ class Broker:
     async def aclose(self) -> None:
         self._unwatch()
         self._unwatch_topics()
+        for loading in list(self._loading.values()):  # no topic opens while closing
+            loading.cancel()
         for topic in list(self.topics.values()):
             await topic.fence()  # publishes under way end first: the snapshot holds them
             await topic.aclose()
         self.topics.clear()
+
+
+def _retrieved(task: asyncio.Future[Topic]) -> None:
+    """A load's failure reaches its callers; this keeps asyncio from also logging it as
+    never retrieved when every caller has gone."""
+    if not task.cancelled():
+        task.exception()
