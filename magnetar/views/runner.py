@@ -309,7 +309,7 @@ class ViewRunner:
                 cause = root_cause(e)
                 if cause:  # whole: Spark's own message may span lines (serialization path)
                     log.warning("view %s: its query died in Spark: %s", self.dataset, cause)
-                self._fail(spark_error(e), None)
+                self._fail(spark_error(e, cause), None)
                 return
             break
         with self._lock:
@@ -328,10 +328,11 @@ class ViewRunner:
             if self.restarts >= MAX_RESTARTS:
                 return False
             self.restarts += 1
+        cause = root_cause(error)  # asked of the JVM once, for both lines
         log.warning(
             "view %s: its query died in Spark (%s); starting it again from its checkpoint "
-            "(restart %d of at most %d)\n%s", self.dataset, spark_error(error), self.restarts,
-            MAX_RESTARTS, root_cause(error) or "",
+            "(restart %d of at most %d)\n%s", self.dataset, spark_error(error, cause),
+            self.restarts, MAX_RESTARTS, cause or "",
         )  # fmt: skip
         time.sleep(RESTART_PAUSE_S * self.restarts)
         try:

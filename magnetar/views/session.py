@@ -154,8 +154,12 @@ def used_columns(frame: Any) -> list[str] | None:
 
 def first_line(error: BaseException) -> str:
     """The useful part of a Spark exception (its first line, without the JVM stack)."""
-    text = str(error).strip() or type(error).__name__
-    return text.splitlines()[0][:2000]
+    return _first(str(error)) or type(error).__name__
+
+
+def _first(text: str) -> str:
+    lines = text.strip().splitlines()
+    return lines[0][:2000] if lines else ""
 
 
 def root_cause(error: BaseException) -> str | None:
@@ -175,8 +179,8 @@ def root_cause(error: BaseException) -> str | None:
     return found
 
 
-def spark_error(error: BaseException) -> str:
-    """:func:`first_line` of a Spark exception, with its root cause when the JVM gave one."""
-    cause = root_cause(error)
+def spark_error(error: BaseException, cause: str | None) -> str:
+    """:func:`first_line` of a Spark exception, with the first line of its root ``cause``
+    (see :func:`root_cause`) when the JVM gave one."""
     line = first_line(error)
-    return f"{line} (caused by {first_line(RuntimeError(cause))})" if cause else line
+    return f"{line} (caused by {_first(cause)})" if cause else line
