@@ -8,6 +8,7 @@ import contextlib
 import itertools
 import json
 import logging
+import random
 import ssl
 import time
 from collections.abc import Callable
@@ -203,6 +204,27 @@ class NodeDirectory:
     def writable(self) -> list[NodeInfo]:
         """Registered read-write nodes that did not fail lately."""
         return [n for n in self.nodes.values() if n.writable and self._trusted(n)]
+
+    def ensemble(self, size: int) -> list[NodeInfo] | None:
+        """``size`` registered read-write nodes for a new ledger, at random; None if too few.
+        Nodes that failed lately are taken only to make up the number, as BookKeeper uses
+        quarantined bookies when the healthy ones are too few: one that is really gone is
+        written around while the ack quorum holds, and a ledger that must be opened now (a
+        rollover decided before a node's failure was seen) is not refused for it."""
+        trusted = self.writable()
+        if len(trusted) >= size:
+            return random.sample(trusted, size)
+        suspects = [n for n in self.nodes.values() if n.writable and not self._trusted(n)]
+        if len(trusted) + len(suspects) < size:
+            return None
+        chosen = trusted + random.sample(suspects, size - len(trusted))
+        log.warning(
+            "a new ledger takes storage node(s) %s, which failed in the last %.0f s: "
+            "too few others are writable",
+            ", ".join(n.node_id for n in chosen[len(trusted) :]),
+            QUARANTINE_S,
+        )
+        return random.sample(chosen, size)
 
     def connection(self, node_id: str) -> NodeConnection:
         conn = self._conns.get(node_id)

@@ -307,21 +307,22 @@ class ReplicatedSegments:
         """A fresh ledger on E writable nodes (its placement is recorded by the writer)."""
         store = self.store
         e, qw, qa = await store.quorum_for(spec.partition)
-        nodes = store.nodes.writable()
+        chosen = store.nodes.ensemble(e)
         # Like Pulsar's managed ledger, wait a while for nodes (one may be restarting)
         # before failing the appends that need the new ledger.
         deadline = store.clock.monotonic() + store.settings.add_timeout_ms / 1000
-        while len(nodes) < e and store.clock.monotonic() < deadline:
+        while chosen is None and store.clock.monotonic() < deadline:
             await asyncio.sleep(0.2)
             await store.nodes.refresh()
-            nodes = store.nodes.writable()
-        if len(nodes) < e:
+            chosen = store.nodes.ensemble(e)
+        if chosen is None:
+            nodes = [n.node_id for n in store.nodes.nodes.values() if n.writable]
             raise NotEnoughStorageNodesError(
                 f"{spec.partition}: a new ledger needs {e} writable storage nodes, "
-                f"{len(nodes)} are registered ({', '.join(n.node_id for n in nodes) or 'none'}); "
+                f"{len(nodes)} are registered read-write ({', '.join(nodes) or 'none'}); "
                 "start storage nodes and retry"
             )
-        ensemble = [n.node_id for n in random.sample(nodes, e)]
+        ensemble = [n.node_id for n in chosen]
         arrays = array.array("q"), array.array("q")
         ledger = Ledger(spec.record, (e, qw, qa), [(0, ensemble)], -1, *arrays)
         self.ledgers[spec.segment_id] = ledger

@@ -73,13 +73,50 @@ class Cluster:
             p.kill()
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    if report.when == "call" and report.failed:
+        item.stash[_FAILED] = True
+    return report
+
+
+_FAILED = pytest.StashKey[bool]()
+
+
 @pytest.fixture
-def cluster(zookeeper: ZooKeeperProcess, tmp_path: Path) -> Iterator[Cluster]:
+def cluster(
+    zookeeper: ZooKeeperProcess, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[Cluster]:
     c = Cluster(tmp_path, zookeeper.url(f"/cluster-{uuid.uuid4().hex[:10]}"))
     try:
         yield c
     finally:
         c.stop()
+        if request.node.stash.get(_FAILED, False):
+            _print_warnings(c)
+
+
+RUNNING: list[Any] = []  # the clients of a test still sending: stopped after it, pass or fail
+
+
+@pytest.fixture(autouse=True)
+def _senders_stopped() -> Iterator[None]:
+    """A test that fails leaves its publishers' threads sending; a client library still
+    running at interpreter exit aborts the whole test run (``terminate called without an
+    active exception``). Every publisher registered in RUNNING is abandoned after its test."""
+    yield
+    while RUNNING:
+        RUNNING.pop().abandon()
+
+
+def _print_warnings(c: Cluster, most: int = 60) -> None:
+    """The last lines each process printed (its warnings and errors: info is not logged),
+    so that a failed cluster test's report shows what the servers saw."""
+    for i, p in enumerate([*c.brokers, *c.nodes]):
+        name = f"broker{i}" if i < len(c.brokers) else f"node{i - len(c.brokers)}"
+        print(f"--- {name}: {len(p.output)} lines, the last {most}:")
+        print("".join(p.output[-most:]), end="")
 
 
 def wait_for(check: Callable[[], Any], timeout: float, what: str) -> Any:

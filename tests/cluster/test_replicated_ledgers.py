@@ -3,6 +3,7 @@ nothing acknowledged lost, nothing duplicated, one history (docs/cluster-protoco
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import threading
@@ -14,7 +15,7 @@ import pulsar
 import pytest
 
 from magnetar.testing.server import REPO
-from tests.cluster.conftest import Cluster, wait_for
+from tests.cluster.conftest import RUNNING, Cluster, wait_for
 
 pytestmark = pytest.mark.slow
 ADMIN = [sys.executable, "-m", "magnetar.cli", "admin", "--url"]
@@ -37,6 +38,7 @@ class Publisher:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self.thread = threading.Thread(target=self._run, daemon=True)
+        RUNNING.append(self)
 
     def _run(self) -> None:
         i = 0
@@ -71,6 +73,13 @@ class Publisher:
 
     def close(self) -> None:
         self.client.close()
+
+    def abandon(self) -> None:
+        """Stop sending and close, whatever became of the broker (test teardown)."""
+        self._stop.set()
+        self.thread.join(10)
+        with contextlib.suppress(Exception):
+            self.client.close()
 
 
 def _quiet() -> Any:
@@ -518,6 +527,7 @@ class KafkaPublisher:
         self.errors: list[str] = []
         self._stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
+        RUNNING.append(self)
 
     def _delivered(self, err: Any, msg: Any) -> None:
         if err is None:
@@ -549,6 +559,13 @@ class KafkaPublisher:
         self._stop.set()
         self.thread.join(10)
         assert self.producer.flush(60) == 0, "Kafka records without an outcome"
+
+    def abandon(self) -> None:
+        """Stop sending and drop what is queued, whatever became of the broker."""
+        self._stop.set()
+        self.thread.join(10)
+        self.producer.purge()
+        self.producer.close(5)
 
 
 def consume_all(bootstrap: str, topic: str, expect: int) -> list[bytes]:
