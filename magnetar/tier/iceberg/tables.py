@@ -119,7 +119,9 @@ class IcebergTables:
         self.url = url
         self.warehouse = f"{store.url}/iceberg"
         self._catalog: Catalog | None = None
-        self._lock = threading.Lock()  # one commit at a time from this process
+        # One catalog call at a time from this process (commits, table creation, reads):
+        # no two of our own connections ever wait on each other's SQLite locks.
+        self._lock = threading.RLock()
 
     @classmethod
     def open(cls, store: ObjectStore, kind: str, url: str) -> IcebergTables:
@@ -140,9 +142,7 @@ class IcebergTables:
         catalogs = _pyiceberg()
         props = self.catalog_properties()
         if self.kind == "sqlite":
-            from pyiceberg.catalog.sql import SqlCatalog
-
-            return SqlCatalog("magnetar", **props)
+            return _sqlite_catalog(props)
         catalog: Catalog = catalogs.load_catalog("magnetar", **props)
         return catalog
 
@@ -202,7 +202,10 @@ class IcebergTables:
     def ensure_table(self, partition: str, schema: pa.Schema) -> Table:
         """The partition's table, created (partitioned by ``day(__publish_time)``) or with
         the columns of ``schema`` it lacks added (Iceberg schema update, by name)."""
-        ident = identifier(partition)
+        with self._lock:
+            return self._ensure_table(identifier(partition), schema)
+
+    def _ensure_table(self, ident: tuple[str, str, str], schema: pa.Schema) -> Table:
         table = self._load_or_create(ident, schema)
         missing = [f for f in schema if f.name not in _names(table)]
         widened = _widened(table, schema)
@@ -228,8 +231,13 @@ class IcebergTables:
             return self.catalog.load_table(ident)
         except NoSuchTableError:
             pass
-        with contextlib.suppress(NamespaceAlreadyExistsError):
+        try:
             self.catalog.create_namespace(ident[:2])
+        except NamespaceAlreadyExistsError:
+            pass
+        except Exception:  # another process made it between pyiceberg's check and insert
+            if not self.catalog.namespace_exists(ident[:2]):
+                raise
         location = f"{self.warehouse}/{'/'.join(ident)}"
         with contextlib.suppress(TableAlreadyExistsError):
             self.catalog.create_table(
@@ -287,11 +295,12 @@ class IcebergTables:
         """Which of ``files`` (as URIs) the table's current snapshot references."""
         from pyiceberg.exceptions import NoSuchTableError
 
-        try:
-            table = self.catalog.load_table(identifier(files.partition))
-        except NoSuchTableError:
-            return set()
-        return self._referenced(table, files)
+        with self._lock:
+            try:
+                table = self.catalog.load_table(identifier(files.partition))
+            except NoSuchTableError:
+                return set()
+            return self._referenced(table, files)
 
     def _referenced(self, table: Table, files: SegmentFiles) -> set[str]:
         wanted = {self.uri(k) for k in files.keys}
@@ -444,7 +453,8 @@ class IcebergTables:
 
         ident = identifier(topic)
         try:
-            table = self.catalog.load_table(ident)
+            with self._lock:
+                table = self.catalog.load_table(ident)
         except NoSuchTableError:
             return None
         snap = table.current_snapshot()
@@ -465,6 +475,21 @@ class IcebergTables:
             "schema": [{"name": f.name, "type": str(f.field_type)} for f in table.schema().fields],
             "partitionSpec": [str(f) for f in table.spec().fields],
         }
+
+
+def _sqlite_catalog(props: dict[str, str]) -> Catalog:
+    """pyiceberg's SQL catalog on SQLite, with a connection per use: its default pool keeps
+    idle connections, and one left holding a lock (a hot ``iceberg.db-journal``) once
+    blocked every later catalog call of the process (issue 20). A connection waits up to
+    30 s for another process's lock (an outside reader) before the call fails."""
+    from pyiceberg.catalog.sql import SqlCatalog
+    from sqlalchemy import create_engine
+    from sqlalchemy.pool import NullPool
+
+    catalog = SqlCatalog("magnetar", **props)
+    catalog.engine.dispose()
+    catalog.engine = create_engine(props["uri"], poolclass=NullPool, connect_args={"timeout": 30})
+    return catalog
 
 
 def file_io_properties(store: ObjectStore) -> dict[str, str]:
