@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from magnetar.core.entries import Entry
 
 RECORD = struct.Struct(">QQIqqB")  # entry id, base offset, count, publish, event time, format
-ENTRY_ID = struct.Struct(">Q")  # a record's first field
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,10 +75,3 @@ def pack_entry(entry_id: int, entry: Entry) -> bytes:
     e = entry
     head = RECORD.pack(entry_id, e.base_offset, e.count, e.publish_time, e.event_time, e.format)
     return head + e.payload
-
-
-def entry_of(data: bytes, ledger_id: int) -> Entry:
-    """``Record.unpack(data).entry(ledger_id)``, without the record in between (the local
-    reader's path: one per entry read)."""
-    _, base, count, ts, event, fmt = RECORD.unpack_from(data)
-    return Entry(base, count, ts, event, fmt, data[RECORD.size :], ledger_id)

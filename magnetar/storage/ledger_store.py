@@ -32,7 +32,7 @@ from magnetar.core.futures import resolve
 from magnetar.storage.engine import StorageEngine
 from magnetar.storage.errors import CorruptionError, FencedError, StorageError
 from magnetar.storage.fileio import as_storage_error
-from magnetar.storage.ledger_records import ENTRY_ID, RECORD, Record, entry_of, pack_entry
+from magnetar.storage.ledger_records import RECORD, Record, pack_entry
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +108,27 @@ def _stored(
     then(error)
     for other in others:
         other(error)
+
+
+def _take(
+    got: list[Entry], eid: int, last: int, room: int, ledger_id: int, out: list[Entry]
+) -> tuple[int, int]:
+    """Add to ``out`` the entries ``eid``, ``eid + 1``, … (up to ``last``) that the engine's
+    entries ``got`` store as records, one after another, while fewer than ``room`` bytes of
+    payload are taken: one unpack, one Entry and one payload slice per record, on the loop
+    (per entry read, so kept to that). Returns how many were taken and their payload bytes.
+    """
+    taken = size = 0
+    for stored in got:
+        data = stored.payload
+        found, base, count, ts, event, fmt = RECORD.unpack_from(data)
+        if found != eid + taken or size >= room or eid + taken > last:
+            break
+        payload = data[RECORD.size :]
+        out.append(Entry(base, count, ts, event, fmt, payload, ledger_id))
+        size += len(payload)
+        taken += 1
+    return taken, size
 
 
 def ledger_partition(ledger_id: int) -> str:
@@ -344,63 +365,43 @@ class LedgerStore:
         """Records ``first``, ``first + 1``, … while the store holds them, up to ``last``
         and about ``max_bytes`` of payload (at least one record). None when ``first`` is
         not held and the ledger is not known damaged."""
-        got = await self._read(ledger_id, first, last, max_bytes)
+        got = await self.read_entries(ledger_id, first, last, max_bytes)
         if got is None:
             return None
-        stored, damaged_at = got
-        return LedgerRead([Record.unpack(data) for data in stored], damaged_at)
+        entries, damaged_at = got
+        return LedgerRead([Record.of(first + i, e) for i, e in enumerate(entries)], damaged_at)
 
     async def read_entries(
         self, ledger_id: int, first: int, last: int, max_bytes: int
     ) -> tuple[list[Entry], int | None] | None:
-        """As :meth:`read`, the entries themselves (of segment ``ledger_id``): the local
-        reader's path, with no record in between."""
-        got = await self._read(ledger_id, first, last, max_bytes)
-        if got is None:
-            return None
-        stored, damaged_at = got
-        return [entry_of(data, ledger_id) for data in stored], damaged_at
-
-    async def _read(
-        self, ledger_id: int, first: int, last: int, max_bytes: int
-    ) -> tuple[list[bytes], int | None] | None:
-        """The stored records of ``first``.. (see :meth:`read`), and the entry id where a
-        read stopped at damage (None: it did not)."""
+        """As :meth:`read`, the entries themselves (of segment ``ledger_id``), the first
+        being entry ``first``: the local reader's path, with no record in between. Also
+        the entry id where a read stopped at damage (None: it did not)."""
         ledger = self._ledgers.get(ledger_id)
         if ledger is None:
             return None
         if first not in ledger.rows:
             return ([], first) if ledger.damaged else None
         name, size, eid = ledger_partition(ledger_id), 0, first
-        stored: list[bytes] = []
+        out: list[Entry] = []
         while eid <= last and eid in ledger.rows and size < max_bytes:
-            local = ledger.rows[eid][0]
             want = min(last - eid + 1, READ_CHUNK)
             try:
                 got = await self.engine.read(
-                    name, local, max_entries=want, max_bytes=max_bytes - size
+                    name, ledger.rows[eid][0], max_entries=want, max_bytes=max_bytes - size
                 )
             except CorruptionError as err:
                 ledger.damaged = str(err)
-                return stored, eid
-            progressed = False
-            for e in got:
-                data = e.payload
-                if ENTRY_ID.unpack_from(data)[0] != eid or size >= max_bytes:
-                    break
-                stored.append(data)
-                size += len(data) - RECORD.size
-                eid += 1
-                progressed = True
-                if eid > last:
-                    break
-            if not progressed:
+                return out, eid
+            taken, taken_bytes = _take(got, eid, last, max_bytes - size, ledger_id, out)
+            if not taken:
                 break
+            eid, size = eid + taken, size + taken_bytes
         if ledger.damaged and eid <= last and eid not in ledger.rows and size < max_bytes:
             # stopped at an entry lost to the damage met at load: say so, so the reader
             # counts it and has the copy repaired
-            return stored, eid
-        return stored, None
+            return out, eid
+        return out, None
 
     async def read_records(self, ledger_id: int, eids: list[int]) -> list[Record]:
         """The records of ``eids`` (all held), in that order."""
