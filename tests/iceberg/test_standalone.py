@@ -350,16 +350,22 @@ def test_history_offloaded_without_catalog_is_registered_once_it_is_on(tmp_path:
     with StandaloneProcess(data_dir, extra_args=ARGS) as server:
         admin = AdminHttp(server.http_url)
         path = "/admin/v2/persistent/public/default/old/iceberg"
-        wait_until(
-            lambda: admin.get(path)["partitions"][0]["offsetsCovered"] == [[0, 2 * SEGMENT - 1]],
-            "the old segments registered",
-            timeout=60,
-        )
+
+        def registered() -> bool:
+            spans = admin.get(path)["partitions"][0]["offsetsCovered"]
+            return len(spans) == 1 and spans[0][0] == 0 and spans[0][1] >= 2 * SEGMENT - 1
+
+        wait_until(registered, "the old segments registered", timeout=60)
     catalog = SqlCatalog(
         "magnetar",
         uri=f"sqlite:///{data_dir / 'iceberg.db'}",
         warehouse=f"file://{data_dir / 'tier' / 'iceberg'}",
     )
     rows = catalog.load_table("public.default.old").scan().to_arrow().sort_by("__offset")
-    assert rows.column("__offset").to_pylist() == list(range(2 * SEGMENT))
-    assert rows.column("id").to_pylist() == list(range(2 * SEGMENT))
+    # The two full segments; with --ledger-storage segments also the one-message segment that
+    # was open at the stop: its writer closes it at the restart (as Pulsar closes a ledger),
+    # so it is offloaded and registered too.
+    n = rows.num_rows
+    assert n in (2 * SEGMENT, 2 * SEGMENT + 1)
+    assert rows.column("__offset").to_pylist() == list(range(n))
+    assert rows.column("id").to_pylist() == list(range(n))
