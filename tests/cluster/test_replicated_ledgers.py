@@ -651,3 +651,50 @@ def test_striping_puts_each_entry_on_write_quorum_nodes_of_the_ensemble(cluster:
         assert abs(count - 2 * entries / 3) <= 1, held
     cluster.nodes[0].kill()
     check_history(read_all(b.pulsar_url, TOPIC, len(sent)), set(sent))
+
+
+def test_a_ledger_needed_right_after_a_node_failed_takes_it_and_writes_around_it(
+    cluster: Cluster,
+) -> None:
+    """E=Qw=3, Qa=2 on exactly three nodes. One is killed and has failed a write, so the
+    broker has quarantined it, but its registration lives on (a long session). A new ledger
+    needed now (here after an unload; in CI it was a rollover decided just before the failure
+    was seen) takes the quarantined node to make up E and writes around it, as BookKeeper
+    does; it used to wait for three healthy nodes and fail every publish until the 30 s
+    quarantine ended."""
+    from magnetar.testing.cluster import StorageNodeProcess
+
+    for _ in range(2):
+        cluster.add_node()
+    long_session = f"{cluster.url}?sessionTimeoutMs=60000"  # registered for a minute after a kill
+    victim = StorageNodeProcess(cluster.root / "victim", [], metadata_url=long_session)
+    cluster.nodes.append(victim.start())
+    b = cluster.add_broker("--ensemble-size", "3", "--write-quorum", "3", "--ack-quorum", "2")
+    client = pulsar.Client(b.pulsar_url, operation_timeout_seconds=20, logger=_quiet())
+    try:
+        producer = client.create_producer(TOPIC, batching_enabled=False, send_timeout_millis=20000)
+        sent = [f"m-{i:07d}".encode() for i in range(12)]
+        for value in sent[:10]:
+            producer.send(value)
+        victim.kill()
+        producer.send(sent[10])  # acknowledged at Qa; the write to the victim fails
+        wait_for(
+            lambda: any(f"storage node {victim.node_id} failed" in line for line in b.output),
+            30,
+            "the broker to see the node fail",
+        )
+        unload = subprocess.run(
+            [*ADMIN, b.http_url, "namespaces", "unload", "public/default"],
+            capture_output=True, text=True, cwd=REPO, timeout=60,
+        )  # fmt: skip
+        assert unload.returncode == 0, unload.stderr
+        # needs a new ledger on three nodes, one of them quarantined: acknowledged well
+        # before the 30 s quarantine ends (before the fix it waited for that end)
+        acked = threading.Event()
+        producer.send_async(sent[11], lambda res, _id: res == pulsar.Result.Ok and acked.set())
+        wait_for(acked.is_set, 20, "the publish that needs a new ledger")
+        ensemble = cluster.ledgers(TOPIC)[-1]["ensembles"][-1][1]
+        assert victim.node_id in ensemble, ensemble
+    finally:
+        client.close()
+    check_history(read_all(b.pulsar_url, TOPIC, len(sent)), set(sent))
