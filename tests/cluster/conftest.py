@@ -94,7 +94,7 @@ def cluster(
     finally:
         c.stop()
         if request.node.stash.get(_FAILED, False):
-            _print_warnings(c)
+            _print_last_lines(c)
 
 
 RUNNING: list[Any] = []  # the clients of a test still sending: stopped after it, pass or fail
@@ -110,7 +110,7 @@ def _senders_stopped() -> Iterator[None]:
         RUNNING.pop().abandon()
 
 
-def _print_warnings(c: Cluster, most: int = 60) -> None:
+def _print_last_lines(c: Cluster, most: int = 60) -> None:
     """The last lines each process printed (its warnings and errors: info is not logged),
     so that a failed cluster test's report shows what the servers saw."""
     for i, p in enumerate([*c.brokers, *c.nodes]):

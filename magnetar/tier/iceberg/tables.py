@@ -478,10 +478,12 @@ class IcebergTables:
 
 
 def _sqlite_catalog(props: dict[str, str]) -> Catalog:
-    """pyiceberg's SQL catalog on SQLite, with a connection per use: its default pool keeps
-    idle connections, and one left holding a lock (a hot ``iceberg.db-journal``) once
-    blocked every later catalog call of the process (issue 20). A connection waits up to
-    30 s for another process's lock (an outside reader) before the call fails."""
+    """pyiceberg's SQL catalog on SQLite, with a connection per use. Its default pool keeps
+    idle connections, and an idle one can hold a lock without anyone using it. A stalled
+    catalog once showed a hot ``iceberg.db-journal`` while no thread wrote (issue 20); that
+    cause is not proven, this takes it away. pyiceberg offers no pool setting, so its engine
+    is replaced after it set up its tables. A connection waits up to 30 s for another
+    process's lock (an outside reader) before the call fails."""
     from pyiceberg.catalog.sql import SqlCatalog
     from sqlalchemy import create_engine
     from sqlalchemy.pool import NullPool
