@@ -44,6 +44,7 @@ from magnetar.storage.errors import (
 )
 from magnetar.storage.fileio import as_storage_error, fsync_dir, writev_all
 from magnetar.storage.journal import Journal, remove_before
+from magnetar.storage.ledger_records import entries_of
 from magnetar.storage.open_files import OpenFiles, segment_file_cap
 from magnetar.storage.partition import PartitionLog
 from magnetar.storage.records import check_header_fields, encode_header, journal_prefix
@@ -505,9 +506,11 @@ class StorageEngine:
 
     def _apply(self, plan: _Batch) -> None:
         """The run is in its segments: make it readable and acknowledge it."""
+        caching = self.cache_budget.max_bytes > 0  # 0 under the managed ledger's tails
         for p, seg, entry, pos in plan.done:
             seg.on_appended(entry, pos)
-            p.partition.cache.add(entry)
+            if caching:
+                p.partition.cache.add(entry)
             p.partition.end_offset = entry.next_offset
             self._dirty.add(p.partition)
             p.settle(entry)
@@ -695,6 +698,24 @@ class StorageEngine:
             self.stats.cache_misses += 1
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._readers, part.read, offset, max_entries, max_bytes)
+
+    async def read_ledger(
+        self, name: str, offset: int, eids: tuple[int, int], max_bytes: int, ledger_id: int
+    ) -> list[Entry]:
+        """:meth:`read` of a partition of ledger records (``magnetar.storage.ledger_records``):
+        the ledger's entries ``eids`` (first, last) held one after another from ``offset``
+        on, each decoded from its record once, on the reader thread."""
+        part = self._part(name)
+        if offset >= part.start_offset:
+            cached = part.cache.read(offset, eids[1] - eids[0] + 1, max_bytes)
+            if cached is not None:
+                self.stats.cache_hits += 1
+                return entries_of(cached, eids, max_bytes, ledger_id)
+        if offset < part.end_offset:
+            self.stats.cache_misses += 1
+        loop = asyncio.get_running_loop()
+        read = part.read_ledger
+        return await loop.run_in_executor(self._readers, read, offset, eids, max_bytes, ledger_id)
 
     async def check(self, name: str, *, repair: bool = False) -> list[dict[str, Any]]:
         """Verify every stored entry of the partition (see :meth:`PartitionLog.check`).

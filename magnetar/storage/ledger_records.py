@@ -13,6 +13,7 @@ import struct
 from dataclasses import dataclass
 
 from magnetar.core.entries import Entry
+from magnetar.storage.records import ENTRY_HEADER_SIZE, RecordError, decode_header
 
 RECORD = struct.Struct(">QQIqqB")  # entry id, base offset, count, publish, event time, format
 
@@ -75,3 +76,38 @@ def pack_entry(entry_id: int, entry: Entry) -> bytes:
     e = entry
     head = RECORD.pack(entry_id, e.base_offset, e.count, e.publish_time, e.event_time, e.format)
     return head + e.payload
+
+
+def decode_stored(buf: bytes, pos: int, *, ledger_id: int) -> tuple[tuple[int, int, Entry], int]:
+    """The record that the engine's entry at ``buf[pos:]`` stores, checked as the engine
+    checks its entries: ((the engine entry's offset, the record's entry id, the ledger's
+    entry), the position after it). One Entry and one payload copy: the local reader's
+    path. Raises RecordError."""
+    local, _, _, _, _, end = decode_header(buf, pos)
+    start = pos + ENTRY_HEADER_SIZE
+    if end - start < RECORD.size:
+        raise RecordError("ledger record cut short", torn=False)
+    eid, base, count, ts, event, fmt = RECORD.unpack_from(buf, start)
+    payload = bytes(buf[start + RECORD.size : end])
+    return (local, eid, Entry(base, count, ts, event, fmt, payload, ledger_id)), end
+
+
+def entries_of(
+    stored: list[Entry], eids: tuple[int, int], max_bytes: int, ledger_id: int
+) -> list[Entry]:
+    """The ledger's entries ``eids`` (first, last) that the engine's entries ``stored``
+    hold as records, one after another, while fewer than ``max_bytes`` of payload are
+    taken (at least one): the reader's path when the engine's own cache answers."""
+    out: list[Entry] = []
+    eid, last = eids
+    size = 0
+    for e in stored:
+        data = e.payload
+        found, base, count, ts, event, fmt = RECORD.unpack_from(data)
+        if found != eid or eid > last or size >= max_bytes:
+            break
+        payload = data[RECORD.size :]
+        out.append(Entry(base, count, ts, event, fmt, payload, ledger_id))
+        size += len(payload)
+        eid += 1
+    return out

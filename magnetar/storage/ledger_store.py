@@ -32,12 +32,12 @@ from magnetar.core.futures import resolve
 from magnetar.storage.engine import StorageEngine
 from magnetar.storage.errors import CorruptionError, FencedError, StorageError
 from magnetar.storage.fileio import as_storage_error
-from magnetar.storage.ledger_records import RECORD, Record, pack_entry
+from magnetar.storage.ledger_records import Record, pack_entry
 
 log = logging.getLogger(__name__)
 
 LOAD_CHUNK = 10_000  # entries read at a time while the index is rebuilt
-READ_CHUNK = 1000  # entries asked of the engine at a time by reads and checks
+READ_CHUNK = 1000  # entries asked of the engine at a time by checks
 
 Stored = Callable[[BaseException | None], None]  # told an add's outcome (None: durable)
 
@@ -108,27 +108,6 @@ def _stored(
     then(error)
     for other in others:
         other(error)
-
-
-def _take(
-    got: list[Entry], eid: int, last: int, room: int, ledger_id: int, out: list[Entry]
-) -> tuple[int, int]:
-    """Add to ``out`` the entries ``eid``, ``eid + 1``, … (up to ``last``) that the engine's
-    entries ``got`` store as records, one after another, while fewer than ``room`` bytes of
-    payload are taken: one unpack, one Entry and one payload slice per record, on the loop
-    (per entry read, so kept to that). Returns how many were taken and their payload bytes.
-    """
-    taken = size = 0
-    for stored in got:
-        data = stored.payload
-        found, base, count, ts, event, fmt = RECORD.unpack_from(data)
-        if found != eid + taken or size >= room or eid + taken > last:
-            break
-        payload = data[RECORD.size :]
-        out.append(Entry(base, count, ts, event, fmt, payload, ledger_id))
-        size += len(payload)
-        taken += 1
-    return taken, size
 
 
 def ledger_partition(ledger_id: int) -> str:
@@ -385,18 +364,17 @@ class LedgerStore:
         name, size, eid = ledger_partition(ledger_id), 0, first
         out: list[Entry] = []
         while eid <= last and eid in ledger.rows and size < max_bytes:
-            want = min(last - eid + 1, READ_CHUNK)
-            try:
-                got = await self.engine.read(
-                    name, ledger.rows[eid][0], max_entries=want, max_bytes=max_bytes - size
+            try:  # as many as max_bytes allows in one go: the reader thread makes them
+                got = await self.engine.read_ledger(
+                    name, ledger.rows[eid][0], (eid, last), max_bytes - size, ledger_id
                 )
             except CorruptionError as err:
                 ledger.damaged = str(err)
                 return out, eid
-            taken, taken_bytes = _take(got, eid, last, max_bytes - size, ledger_id, out)
-            if not taken:
+            if not got:
                 break
-            eid, size = eid + taken, size + taken_bytes
+            out += got
+            eid, size = eid + len(got), size + sum(len(e.payload) for e in got)
         if ledger.damaged and eid <= last and eid not in ledger.rows and size < max_bytes:
             # stopped at an entry lost to the damage met at load: say so, so the reader
             # counts it and has the copy repaired

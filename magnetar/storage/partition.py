@@ -54,15 +54,22 @@ class PartitionLog:
             i += 1
         return self.segments[max(i, 0)]
 
-    def read(self, offset: int, max_entries: int, max_bytes: int) -> list[Entry]:
-        """Entries from the one holding ``offset``; [] at the end. Runs on a reader thread."""
+    def _readable(self, offset: int) -> bool:
+        """Whether an entry holds ``offset`` (False at the end); OffsetOutOfRangeError
+        before the first stored offset."""
         if offset >= self.end_offset:
-            return []
+            return False
         if offset < self.start_offset:
             raise OffsetOutOfRangeError(
                 f"offset {offset} of {self.name} is before the first stored offset "
                 f"{self.start_offset}; read from there instead"
             )
+        return True
+
+    def read(self, offset: int, max_entries: int, max_bytes: int) -> list[Entry]:
+        """Entries from the one holding ``offset``; [] at the end. Runs on a reader thread."""
+        if not self._readable(offset):
+            return []
         cached = self.cache.read(offset, max_entries, max_bytes)
         if cached is not None:
             return cached
@@ -89,6 +96,35 @@ class PartitionLog:
             out.extend(got)
             max_bytes -= sum(e.stored_size for e in got)
             offset = got[-1].next_offset
+        return out
+
+    def read_ledger(
+        self, offset: int, eids: tuple[int, int], max_bytes: int, ledger_id: int
+    ) -> list[Entry]:
+        """The ledger's entries ``eids`` (first, last) that this partition of its records
+        holds one after another from ``offset`` (see :meth:`Segment.read_ledger`), about
+        ``max_bytes`` of payload. Runs on a reader thread."""
+        if not self._readable(offset):
+            return []
+        first, last = eids
+        out: list[Entry] = []
+        while offset < self.end_offset and first <= last and max_bytes > 0:
+            segment = self.segment_for(offset)
+            try:
+                got, offset = segment.read_ledger(
+                    offset, (first, last), max_bytes, segment.info.size, ledger_id
+                )
+            except (CorruptionError, OSError) as e:
+                self._explain_vanished(segment, offset)
+                self.damaged[segment.info.segment_id] = str(e)
+                if out:
+                    break  # what lies before the damage is delivered; the next read raises
+                raise
+            if not got:
+                break
+            out += got
+            first += len(got)
+            max_bytes -= sum(len(e.payload) for e in got)
         return out
 
     def _explain_vanished(self, segment: Segment, offset: int) -> None:

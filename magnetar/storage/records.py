@@ -97,6 +97,18 @@ def decode_entry(
 
     Raises RecordError (``torn=True`` when the buffer ends inside the entry).
     """
+    base, count, pt, et, fmt, end = decode_header(buf, pos, verify=verify)
+    payload = bytes(buf[pos + ENTRY_HEADER_SIZE : end])
+    return Entry(base, count, pt, et, fmt, payload, segment_id), end
+
+
+def decode_header(
+    buf: bytes | memoryview, pos: int, *, verify: bool = True
+) -> tuple[int, int, int, int, int, int]:
+    """The entry at ``buf[pos:]``, checked (its checksum too, if ``verify``): its base
+    offset, count, publish time, event time, format and the position after it; the
+    payload lies from ``pos + ENTRY_HEADER_SIZE`` to there. Raises as :func:`decode_entry`.
+    """
     end_of_buf = len(buf)
     if pos + ENTRY_HEADER_SIZE > end_of_buf:
         raise RecordError("entry header cut short", torn=True)
@@ -110,8 +122,7 @@ def decode_entry(
         raise RecordError("entry checksum mismatch", torn=False)
     if count <= 0 or base < 0:
         raise RecordError(f"bad entry fields (offset {base}, count {count})", torn=False)
-    payload = bytes(buf[pos + ENTRY_HEADER_SIZE : end])
-    return Entry(base, count, pt, et, fmt, payload, segment_id), end
+    return base, count, pt, et, fmt, end
 
 
 def decode_journal_record(buf: bytes | memoryview, pos: int) -> tuple[int, Entry, int]:

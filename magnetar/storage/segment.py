@@ -9,6 +9,7 @@ sparse indexes in ``<id>.index`` and ``<id>.timeindex`` written when it closes.
 from __future__ import annotations
 
 import enum
+import functools
 import itertools
 import json
 import logging
@@ -18,11 +19,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from magnetar.storage.errors import CorruptionError
 from magnetar.storage.fileio import write_file_durably
 from magnetar.storage.index import NO_TIME, IndexBuilder, OffsetIndex, TimeIndex
+from magnetar.storage.ledger_records import decode_stored
 from magnetar.storage.open_files import APPEND, READ, OpenFiles
 from magnetar.storage.records import (
     ENTRY_HEADER_SIZE,
@@ -33,6 +35,9 @@ from magnetar.storage.records import (
 )
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Decode = Callable[[bytes, int], tuple[T, int]]  # the file's bytes at a position -> (it, after)
 _LENGTH = struct.Struct(">I")
 READ_CHUNK = 1 << 20
 
@@ -213,13 +218,16 @@ class Segment:
             return 0, self.info.first_offset
         return offsets.positions[point], offsets.offsets[point]
 
-    def _from_point(self, locate: Callable[[], int], end: int) -> Iterator[tuple[int, Entry]]:
-        """Entries from the index point ``locate()`` picks. The first one must be the entry
-        the index names there; if not, the index is wrong (it would skip entries silently):
-        rebuild it and start again from the point the rebuilt index picks."""
+    def _from_point(
+        self, locate: Callable[[], int], end: int, decode: Decode[T], base_of: Callable[[T], int]
+    ) -> Iterator[tuple[int, T]]:
+        """Entries from the index point ``locate()`` picks, each as ``decode`` makes it. The
+        first one must be the entry the index names there (``base_of`` tells its offset);
+        if not, the index is wrong (it would skip entries silently): rebuild it and start
+        again from the point the rebuilt index picks."""
         for attempt in range(2):
             pos, expected = self._start_at(locate())
-            entries = self.iter_entries(pos, end)
+            entries = self._decoded(pos, end, decode)
             try:
                 first = next(entries, None)
             except CorruptionError:
@@ -228,7 +236,7 @@ class Segment:
                 first = None  # an index position inside an entry: rebuild below
             if first is None and pos >= end:
                 return
-            if first is not None and first[1].base_offset == expected:
+            if first is not None and base_of(first[1]) == expected:
                 yield first
                 yield from entries
                 return
@@ -247,10 +255,19 @@ class Segment:
     def iter_entries(self, pos: int, end: int) -> Iterator[tuple[int, Entry]]:
         """Entries from byte ``pos`` up to byte ``end``, verified; CorruptionError on damage.
         The file stays open (pinned) until the iterator is exhausted or closed."""
-        with self._reading() as fd:
-            yield from self._entries(fd, pos, end)
+        return self._decoded(pos, end, self._decode)
 
-    def _entries(self, fd: int, pos: int, end: int) -> Iterator[tuple[int, Entry]]:
+    @property
+    def _decode(self) -> Decode[Entry]:
+        """The engine's decoding of this file's entries."""
+        return functools.partial(decode_entry, segment_id=self.info.segment_id)
+
+    def _decoded(self, pos: int, end: int, decode: Decode[T]) -> Iterator[tuple[int, T]]:
+        """:meth:`iter_entries`, each entry as ``decode`` makes it from the file's bytes."""
+        with self._reading() as fd:
+            yield from self._entries(fd, pos, end, decode)
+
+    def _entries(self, fd: int, pos: int, end: int, decode: Decode[T]) -> Iterator[tuple[int, T]]:
         buf, buf_start = b"", pos
         while pos < end:
             rel = pos - buf_start
@@ -264,7 +281,7 @@ class Segment:
             if rel + need > len(buf):
                 buf, buf_start, rel = os.pread(fd, max(READ_CHUNK, need), pos), pos, 0
             try:
-                entry, after = decode_entry(buf, rel, segment_id=self.info.segment_id)
+                entry, after = decode(buf, rel)
             except RecordError as e:
                 raise CorruptionError(str(self.path), pos, str(e)) from None
             yield pos, entry
@@ -280,8 +297,9 @@ class Segment:
         """
         out: list[Entry] = []
         total = 0
+        locate = lambda: self._indexes()[0].point(offset)  # noqa: E731
         try:
-            for _, entry in self._from_point(lambda: self._indexes()[0].point(offset), end):
+            for _, entry in self._from_point(locate, end, self._decode, _base):
                 if entry.next_offset <= offset:
                     continue
                 out.append(entry)
@@ -293,15 +311,51 @@ class Segment:
                 raise
         return out
 
+    def read_ledger(
+        self, offset: int, eids: tuple[int, int], max_bytes: int, end: int, ledger_id: int
+    ) -> tuple[list[Entry], int]:
+        """:meth:`read` of a ledger's partition (``magnetar.storage.ledger_records``: each
+        entry a record of one message), from the entry at ``offset``: the ledger's entries
+        ``eids`` (first, last) in order while the file holds them one after another, each
+        decoded once from the file's bytes (no entry of the engine's own in between). Stops
+        at ``max_bytes`` of payload. Returns them and the offset after the last."""
+        out: list[Entry] = []
+        eid, last = eids
+        total = 0
+        locate = lambda: self._indexes()[0].point(offset)  # noqa: E731
+        decode = functools.partial(decode_stored, ledger_id=ledger_id)
+        try:
+            for _, (local, found, entry) in self._from_point(locate, end, decode, _local):
+                if local < offset:
+                    continue
+                if found != eid or eid > last or total >= max_bytes:
+                    break
+                out.append(entry)
+                total += len(entry.payload)
+                eid, offset = eid + 1, local + 1
+        except CorruptionError:
+            if not out:
+                raise
+        return out, offset
+
     def find_time(self, ts: int, end: int) -> int | None:
         """Base offset of the first entry with publish time >= ``ts``, or None."""
-        for _, entry in self._from_point(lambda: self._indexes()[1].point(ts), end):
+        locate = lambda: self._indexes()[1].point(ts)  # noqa: E731
+        for _, entry in self._from_point(locate, end, self._decode, _base):
             if entry.publish_time >= ts:
                 return entry.base_offset
         return None
 
     def close(self) -> None:
         self.files.forget(self.path)
+
+
+def _base(entry: Entry) -> int:
+    return entry.base_offset
+
+
+def _local(stored: tuple[int, int, Entry]) -> int:
+    return stored[0]
 
 
 def scan_valid_prefix(path: Path) -> tuple[list[tuple[int, Entry]], int, str]:

@@ -130,3 +130,27 @@ def test_the_prefix_of_entry_ids_ends_before_the_first_gap() -> None:
     assert (ledger.last_of_prefix, ledger.last) == (2, 4)
     ledger.add(3, 9, 3, 1, 0)
     assert ledger.last_of_prefix == 4
+
+
+@pytest.mark.parametrize("cache_bytes", [1, 1 << 20])  # 1: nothing stays cached
+async def test_reads_decode_records_from_the_files_or_the_cache_across_files_and_budgets(
+    open_engine: OpenEngine, tmp_path: Path, cache_bytes: int
+) -> None:
+    """A read makes the ledger's entries from the engine's files (each record decoded once,
+    on the reader thread) or from its cache: across the engine's files, stopping at a gap
+    in the ids stored one after another, and at the byte budget (at least one entry)."""
+    engine = await open_engine(segment_max_bytes=400, tail_cache_bytes=cache_bytes)
+    store = await _store(engine, tmp_path)
+    for eid in [*range(20), 25, 20, 21, 22, 23, 24]:  # 25 lands before 20..24 on disk
+        await store.add(7, record(eid))
+    assert len(engine.segments("L7")) > 3  # the reads below cross files
+    got = await store.read_entries(7, 0, 25, 1 << 20)
+    assert got is not None and got[1] is None
+    assert [(e.base_offset, e.count, e.segment_id) for e in got[0]] == [
+        (eid * 10, 10, 7) for eid in range(26)
+    ]
+    assert [e.payload for e in got[0]] == [b"e%d" % eid for eid in range(26)]
+    small = await store.read_entries(7, 3, 25, 4)  # 2 bytes an entry: taken while under 4
+    assert small is not None and [e.payload for e in small[0]] == [b"e3", b"e4"]
+    one = await store.read_entries(7, 18, 25, 1)
+    assert one is not None and [e.payload for e in one[0]] == [b"e18"]
