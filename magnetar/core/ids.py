@@ -8,13 +8,13 @@ lives in the managed ledger; this module only holds the value types.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from magnetar.core.values import value_class
 
 EARLIEST_LEDGER = -1
 LATEST_LEDGER = (1 << 63) - 1
 
 
-@dataclass(frozen=True, slots=True, order=True)
+@value_class(order=True)
 class MessageId:
     """A Pulsar message id; ``batch_index`` is -1 when the entry is not a batch."""
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import crc32c
 
+from magnetar.core.values import value_class
 from magnetar.protocols.kafka import compression
 from magnetar.protocols.kafka.errors import CorruptRecordError, InvalidRecordError
 
@@ -42,7 +43,7 @@ TRANSACTIONAL, CONTROL = _TRANSACTIONAL, _CONTROL  # attribute bits (transaction
 Header = tuple[str, bytes | None]
 
 
-@dataclass(frozen=True, slots=True)
+@value_class()
 class Record:
     """One record; ``timestamp`` is absolute (ms since the epoch)."""
 

@@ -37,6 +37,7 @@ with warnings.catch_warnings():
     )
     from kafka.protocol.api_message import ApiMessage  # type: ignore[import-untyped]
 
+from magnetar.core.values import value_class
 from magnetar.protocols.kafka.errors import (
     ErrorCode,
     MalformedRequestError,
@@ -177,7 +178,7 @@ READ_BUFFER = 256 * 1024  # bytes a read may bring (asyncio reads as much at onc
 MAX_IDLE_BUFFER = 4 << 20  # a buffer grown for a large request is dropped once empty
 
 
-@dataclass(frozen=True, slots=True)
+@value_class()
 class Request:
     api_key: int
     api_version: int

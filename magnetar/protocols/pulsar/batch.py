@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from google.protobuf.message import DecodeError
 
+from magnetar.core.values import value_class
 from magnetar.protocols.pulsar._proto import pulsar_api_pb2 as pb
 from magnetar.protocols.pulsar.compression import decompress_payload
 from magnetar.protocols.pulsar.errors import BatchFormatError
@@ -33,7 +33,7 @@ _PER_MESSAGE_FIELDS = (
 )
 
 
-@dataclass(frozen=True, slots=True)
+@value_class()
 class BatchedMessage:
     """One message of a batch: its SingleMessageMetadata and its payload bytes."""
 

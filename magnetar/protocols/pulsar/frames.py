@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import crc32c
 from google.protobuf.message import DecodeError
 
+from magnetar.core.values import value_class
 from magnetar.protocols.pulsar._proto import pulsar_api_pb2 as pb
 from magnetar.protocols.pulsar.errors import (
     ChecksumError,
@@ -59,7 +59,7 @@ _MAGIC_AND_U32 = struct.Struct(">HI")
 _BODY_FIELDS = {f.number: f.name for f in pb.BaseCommand.DESCRIPTOR.fields if f.name != "type"}
 
 
-@dataclass(frozen=True, slots=True)
+@value_class()
 class Payload:
     """What follows the command in a SEND or MESSAGE frame.
 
@@ -80,7 +80,7 @@ class Payload:
     broker_entry_metadata: pb.BrokerEntryMetadata | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@value_class()
 class Frame:
     """One decoded frame: a command, and for SEND and MESSAGE its payload."""
 
