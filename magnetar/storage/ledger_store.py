@@ -374,7 +374,10 @@ class LedgerStore:
             if not got:
                 break
             out += got
-            eid, size = eid + len(got), size + sum(len(e.payload) for e in got)
+            eid += len(got)
+            if eid > last:
+                break  # the usual: all asked for in one go (no need to count their bytes)
+            size += sum(len(e.payload) for e in got)
         if ledger.damaged and eid <= last and eid not in ledger.rows and size < max_bytes:
             # stopped at an entry lost to the damage met at load: say so, so the reader
             # counts it and has the copy repaired

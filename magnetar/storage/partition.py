@@ -111,7 +111,7 @@ class PartitionLog:
         while offset < self.end_offset and first <= last and max_bytes > 0:
             segment = self.segment_for(offset)
             try:
-                got, offset = segment.read_ledger(
+                got, offset, size = segment.read_ledger(
                     offset, (first, last), max_bytes, segment.info.size, ledger_id
                 )
             except (CorruptionError, OSError) as e:
@@ -124,7 +124,7 @@ class PartitionLog:
                 break
             out += got
             first += len(got)
-            max_bytes -= sum(len(e.payload) for e in got)
+            max_bytes -= size
         return out
 
     def _explain_vanished(self, segment: Segment, offset: int) -> None:

@@ -313,12 +313,13 @@ class Segment:
 
     def read_ledger(
         self, offset: int, eids: tuple[int, int], max_bytes: int, end: int, ledger_id: int
-    ) -> tuple[list[Entry], int]:
+    ) -> tuple[list[Entry], int, int]:
         """:meth:`read` of a ledger's partition (``magnetar.storage.ledger_records``: each
         entry a record of one message), from the entry at ``offset``: the ledger's entries
         ``eids`` (first, last) in order while the file holds them one after another, each
         decoded once from the file's bytes (no entry of the engine's own in between). Stops
-        at ``max_bytes`` of payload. Returns them and the offset after the last."""
+        at ``max_bytes`` of payload. Returns them, the offset after the last and their
+        payload bytes."""
         out: list[Entry] = []
         eid, last = eids
         total = 0
@@ -336,7 +337,7 @@ class Segment:
         except CorruptionError:
             if not out:
                 raise
-        return out, offset
+        return out, offset, total
 
     def find_time(self, ts: int, end: int) -> int | None:
         """Base offset of the first entry with publish time >= ``ts``, or None."""
