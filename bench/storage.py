@@ -486,9 +486,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--ledger-storage",
         choices=("engine", "segments"),
-        default="engine",
-        help="standalone's storage to measure: the engine's partition API (default) or the "
-        "managed ledger's writer over the engine's ledgers (--ledger-storage segments)",
+        default="segments",
+        help="standalone's storage to measure: the managed ledger's writer over the engine's "
+        "ledgers (segments, standalone's default) or the engine's partition API (engine)",
     )
     args = p.parse_args(argv)
     args.sizes = [int(s) for s in args.sizes.split(",") if s.strip()]

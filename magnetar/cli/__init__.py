@@ -39,7 +39,7 @@ _STANDALONE_FLAGS: list[tuple[str, str, type, str]] = [
         "--ledger-storage",
         "ledger_storage",
         str,
-        "engine (default) or segments: the managed ledger's writer over local ledgers",
+        "segments (default: the managed ledger's writer over local ledgers) or engine",
     ),
     ("--index-interval-bytes", "index_interval_bytes", int, "bytes between index entries"),
     ("--journal-max-bytes", "journal_max_bytes", int, "rotate journal files at this size"),

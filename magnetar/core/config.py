@@ -63,10 +63,12 @@ class Settings:
     segment_max_bytes: int = 128 * MiB
     segment_max_age: float = 0.0  # seconds; 0 = no age limit
     segment_max_entries: int = 0  # 0 = no limit
-    # how a standalone node stores its ledgers: "engine" (the storage engine's partitions)
-    # or "segments" (the managed ledger's writer over the local ledger store, as brokers of
-    # a cluster write; issue 13 makes it the only one)
-    ledger_storage: str = "engine"
+    # how a standalone node stores its ledgers: "segments" (the managed ledger's writer
+    # assigns offsets and rolls segments, each a ledger of the local ledger store, as
+    # brokers of a cluster write; a directory in the engine's layout is upgraded at start)
+    # or "engine" (the storage engine's own partitions: the layout before issue 13, kept
+    # for a directory not yet upgraded; one in the new layout cannot go back)
+    ledger_storage: str = "segments"
     index_interval_bytes: int = 4096  # bytes between a segment's offset/time index entries
     tail_cache_bytes: int = 512 * MiB  # newest entries of all partitions, per node
     # segment files held open at once, node-wide (BookKeeper's openFileLimit); idle ones
