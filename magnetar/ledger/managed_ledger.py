@@ -129,8 +129,26 @@ class ManagedLedger:
         await storage.create_partition(name)
         ledger = cls(name, storage, tier)
         ledger._refresh()
+        await ledger._undo_cut_offloads()
         await ledger.clean_abandoned()
         return ledger
+
+    async def _undo_cut_offloads(self) -> None:
+        """A segment OFFLOADING at open was cut off with the process that offloaded it (a
+        crash, or an owner that lost the topic): CLOSED again, so it is offloaded afresh
+        and retention can pass it. Its attempt stays recorded: ``clean_abandoned`` deletes
+        what the attempt left. (The engine's own recovery does this for its records; the
+        writer's segment list has no recovery of its own.)"""
+        for info in self.storage.segments(self.name):
+            if info.state is SegmentState.OFFLOADING:
+                log.info(
+                    "%s: segment %d was being offloaded when its process ended: CLOSED again",
+                    self.name,
+                    info.segment_id,
+                )
+                await self.storage.update_segment(
+                    self.name, info.segment_id, state=SegmentState.CLOSED
+                )
 
     def _refresh(self) -> None:
         segments = self.storage.segments(self.name)

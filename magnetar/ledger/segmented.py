@@ -250,7 +250,28 @@ class SegmentedStorage:
             )
         bases, _ = await self.index(info)
         eid = bisect.bisect_right(bases, offset) - 1
-        return await self.read_entries(info, eid, max_entries, max_bytes)
+        try:
+            return await self.read_entries(info, eid, max_entries, max_bytes)
+        except StorageError:
+            self._moved_on(name, info.segment_id, offset)
+            raise
+
+    def _moved_on(self, name: str, segment_id: int, offset: int) -> None:
+        """A read of the segment failed: if retention deleted it or its entries were dropped
+        after its offload while the read went on, raise what a reader acts on (the error
+        for a segment that is gone, or SegmentNotLocalError: read it from the object
+        store). Returns while the segment is still here and local."""
+        now = self.segment_info(name, segment_id)
+        if now is None or now.state is SegmentState.DELETED:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} of {name} was deleted by retention while it was read; "
+                f"the first retained offset is {self.part(name).writer.start}"
+            )
+        if not now.local:
+            raise SegmentNotLocalError(
+                f"segment {segment_id} of {name} was offloaded and dropped while it was read",
+                segment_id,
+            )
 
     async def next_readable(self, name: str, offset: int) -> int:
         """The next entry's first offset (after damage at ``offset``)."""

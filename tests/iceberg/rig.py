@@ -14,11 +14,12 @@ import pyarrow as pa
 from magnetar.core import formats
 from magnetar.core.config import Settings
 from magnetar.ledger import ManagedLedger
+from magnetar.ledger.local_storage import LocalStorage
 from magnetar.meta import MetadataStore, open_metadata_store
 from magnetar.protocols.pulsar._proto import pulsar_api_pb2 as pb
 from magnetar.protocols.pulsar.batch import BatchedMessage, build_batch
 from magnetar.protocols.pulsar.frames import pack_payload
-from magnetar.storage import SegmentInfo, SegmentState, StorageEngine, StorageSettings
+from magnetar.storage import SegmentInfo, SegmentState
 from magnetar.tier import IcebergTables, ObjectStore, Tier, ValueSchema
 from tests.tier.rig import rig_settings
 
@@ -60,7 +61,7 @@ def order(i: int, *, note: bool = False) -> dict[str, Any]:
 class IcebergRig:
     settings: Settings
     meta: MetadataStore
-    engine: StorageEngine
+    engine: LocalStorage  # standalone's storage: the writer over the engine's ledgers
     tier: Tier
     ledger: ManagedLedger
 
@@ -70,7 +71,7 @@ class IcebergRig:
     ) -> IcebergRig:
         settings = rig_settings(root / "data", **overrides)
         meta = open_metadata_store(settings.metadata)
-        engine = await StorageEngine.open(StorageSettings.of(settings), meta)
+        engine = await LocalStorage.open(settings, meta)
         tables = IcebergTables.open(store, "sqlite", f"sqlite:///{root / 'iceberg.db'}")
         tier = Tier(store, row_group_rows=4, iceberg=tables)
         ledger = await ManagedLedger.open(partition, engine, tier)

@@ -11,11 +11,12 @@ from typing import Any
 from magnetar.core import formats
 from magnetar.core.config import Settings, build_settings
 from magnetar.ledger import ManagedLedger
+from magnetar.ledger.local_storage import LocalStorage
 from magnetar.meta import MetadataStore, open_metadata_store
 from magnetar.protocols.pulsar._proto import pulsar_api_pb2 as pb
 from magnetar.protocols.pulsar.batch import BatchedMessage, build_batch
 from magnetar.protocols.pulsar.frames import pack_payload
-from magnetar.storage import Entry, SegmentInfo, SegmentState, StorageEngine, StorageSettings
+from magnetar.storage import Entry, SegmentInfo, SegmentState
 from magnetar.tier import ObjectStore, Tier
 
 PARTITION = "public/default/tiered"
@@ -27,7 +28,7 @@ class Rig:
 
     settings: Settings
     meta: MetadataStore
-    engine: StorageEngine
+    engine: LocalStorage  # standalone's storage: the writer over the engine's ledgers
     tier: Tier
     ledger: ManagedLedger
     closed: bool = False
@@ -35,7 +36,7 @@ class Rig:
     @classmethod
     async def open(cls, settings: Settings, store: ObjectStore, row_group_rows: int) -> Rig:
         meta = open_metadata_store(settings.metadata)
-        engine = await StorageEngine.open(StorageSettings.of(settings), meta)
+        engine = await LocalStorage.open(settings, meta)
         tier = Tier(store, row_group_rows=row_group_rows)
         ledger = await ManagedLedger.open(PARTITION, engine, tier)
         return cls(settings, meta, engine, tier, ledger)

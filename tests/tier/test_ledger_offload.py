@@ -8,14 +8,16 @@ import hashlib
 import json
 import threading
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from magnetar.core.entries import Entry
 from magnetar.ledger.errors import SegmentNotOffloadableError
 from magnetar.storage import OffsetOutOfRangeError, SegmentState
-from magnetar.storage.segment import Segment
+from magnetar.storage.partition import PartitionLog
 from magnetar.testing.faults import FaultyObjectStore
 from magnetar.tier import (
     LocalObjectStore,
@@ -69,7 +71,9 @@ async def test_every_message_reads_back_identically_from_offloaded_segments(
     ids = await offload_all(rig)
     assert len(ids) == 4
     rig = await reopen(rig, open_rig)
-    assert [s.local for s in rig.ledger.segments()] == [False] * 4 + [True]
+    # the segment open at the stop was closed at the restart, a new one opened (as Pulsar
+    # closes a ledger): both local
+    assert [s.local for s in rig.ledger.segments()] == [False] * 4 + [True, True]
     remote = await read_all(rig.ledger)
     shape = [(e.base_offset, e.count, e.publish_time, e.segment_id, e.format) for e in local]
     assert [
@@ -279,15 +283,15 @@ async def test_a_read_racing_the_local_copy_drop_is_served_by_the_tier(
     await append_mixed(rig.ledger, 12)
     [sid, *_] = await offload_all(rig, drop=False)
     reading, dropped = threading.Event(), threading.Event()
-    original = Segment.read
+    original = PartitionLog.read_ledger
 
-    def read_after_drop(self: Segment, *args: int) -> list:  # type: ignore[type-arg]
-        if self.info.segment_id == sid and not dropped.is_set():
+    def read_after_drop(self: PartitionLog, *args: Any) -> list[Entry]:
+        if args[-1] == sid and not dropped.is_set():  # the ledger id: the segment's
             reading.set()
             assert dropped.wait(30)
         return original(self, *args)
 
-    monkeypatch.setattr(Segment, "read", read_after_drop)
+    monkeypatch.setattr(PartitionLog, "read_ledger", read_after_drop)
     read = asyncio.create_task(rig.ledger.read(0, max_entries=2))
     assert await asyncio.to_thread(reading.wait, 30)
     await rig.ledger.drop_local_copy(sid)
