@@ -149,9 +149,14 @@ class LocalStorage(SegmentedStorage):
             return bases, times
         held = self.store.ledger(sid)
         rows = held.rows if held is not None else {}
-        while len(bases) <= last and (row := rows.get(len(bases))) is not None:
-            bases.append(row[1])
-            times.append(row[3])
+        try:  # the usual: every row held, taken in one go
+            got = [rows[eid] for eid in range(len(bases), last + 1)]
+        except KeyError:  # else up to the first missing one
+            got = []
+            while (row := rows.get(len(bases) + len(got))) is not None:
+                got.append(row)
+        bases.extend([row[1] for row in got])
+        times.extend([row[3] for row in got])
         if len(bases) > last:
             return bases, times
         bases, times = array.array("q", bases), array.array("q", times)  # a copy, not kept
