@@ -78,11 +78,12 @@ def pack_entry(entry_id: int, entry: Entry) -> bytes:
     return head + e.payload
 
 
-def decode_stored(buf: bytes, pos: int, *, ledger_id: int) -> tuple[tuple[int, int, Entry], int]:
+def decode_stored(ledger_id: int, buf: bytes, pos: int) -> tuple[tuple[int, int, Entry], int]:
     """The record that the engine's entry at ``buf[pos:]`` stores, checked as the engine
     checks its entries: ((the engine entry's offset, the record's entry id, the ledger's
     entry), the position after it). One Entry and one payload copy: the local reader's
-    path. Raises RecordError."""
+    path (bound to its ledger once per read, then called per entry without keywords).
+    Raises RecordError."""
     local, _, _, _, _, end = decode_header(buf, pos)
     start = pos + ENTRY_HEADER_SIZE
     if end - start < RECORD.size:

@@ -86,11 +86,8 @@ class PartitionLog:
             try:
                 got = segment.read(offset, max_entries - len(out), max_bytes, segment.info.size)
             except (CorruptionError, OSError) as e:
-                self._explain_vanished(segment, offset)
-                self.damaged[segment.info.segment_id] = str(e)
-                if out:
-                    break  # what lies before the damage is delivered; the next read raises
-                raise
+                self._failed(segment, offset, e, delivered=bool(out))
+                break
             if not got:
                 break
             out.extend(got)
@@ -115,17 +112,25 @@ class PartitionLog:
                     offset, (first, last), max_bytes, segment.info.size, ledger_id
                 )
             except (CorruptionError, OSError) as e:
-                self._explain_vanished(segment, offset)
-                self.damaged[segment.info.segment_id] = str(e)
-                if out:
-                    break  # what lies before the damage is delivered; the next read raises
-                raise
+                self._failed(segment, offset, e, delivered=bool(out))
+                break
             if not got:
                 break
             out += got
             first += len(got)
             max_bytes -= size
         return out
+
+    def _failed(
+        self, segment: Segment, offset: int, error: CorruptionError | OSError, *, delivered: bool
+    ) -> None:
+        """A read of ``segment`` at ``offset`` failed: raise what a reader can act on, or
+        ``error`` (the segment recorded as damaged), unless entries before it were
+        ``delivered``: then return, the read stops there and the next one raises."""
+        self._explain_vanished(segment, offset)
+        self.damaged[segment.info.segment_id] = str(error)
+        if not delivered:
+            raise error
 
     def _explain_vanished(self, segment: Segment, offset: int) -> None:
         """A read of ``segment`` failed: if retention deleted it or its local copy was

@@ -324,7 +324,7 @@ class Segment:
         eid, last = eids
         total = 0
         locate = lambda: self._indexes()[0].point(offset)  # noqa: E731
-        decode = functools.partial(decode_stored, ledger_id=ledger_id)
+        decode = functools.partial(decode_stored, ledger_id)
         try:
             for _, (local, found, entry) in self._from_point(locate, end, decode, _local):
                 if local < offset:
