@@ -44,7 +44,7 @@ from magnetar.storage.errors import (
 )
 from magnetar.storage.fileio import as_storage_error, fsync_dir, writev_all
 from magnetar.storage.journal import Journal, remove_before
-from magnetar.storage.ledger_records import entries_of
+from magnetar.storage.ledger_records import Row, entries_of, row_of
 from magnetar.storage.open_files import OpenFiles, segment_file_cap
 from magnetar.storage.partition import PartitionLog
 from magnetar.storage.records import check_header_fields, encode_header, journal_prefix
@@ -716,6 +716,18 @@ class StorageEngine:
         loop = asyncio.get_running_loop()
         read = part.read_ledger
         return await loop.run_in_executor(self._readers, read, offset, eids, max_bytes, ledger_id)
+
+    async def read_rows(self, name: str, offset: int, max_entries: int) -> list[Row]:
+        """The index rows (``ledger_records.decode_row``) of a partition of ledger records
+        from the entry at ``offset`` on, at most ``max_entries``, with no payload copied
+        from a file: what a ledger store rebuilds its index from. Raises as :meth:`read`."""
+        part = self._part(name)
+        if offset >= part.start_offset:
+            cached = part.cache.read(offset, max_entries, 1 << 62)
+            if cached is not None:
+                return [row_of(e) for e in cached]
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._readers, part.read_rows, offset, max_entries)
 
     async def check(self, name: str, *, repair: bool = False) -> list[dict[str, Any]]:
         """Verify every stored entry of the partition (see :meth:`PartitionLog.check`).

@@ -93,6 +93,28 @@ def decode_stored(ledger_id: int, buf: bytes, pos: int) -> tuple[tuple[int, int,
     return (local, eid, Entry(base, count, ts, event, fmt, payload, ledger_id)), end
 
 
+Row = tuple[int, int, int, int, int]  # engine offset, entry id, base offset, count, publish time
+
+
+def decode_row(buf: bytes, pos: int) -> tuple[Row, int]:
+    """The index row of the record that the engine's entry at ``buf[pos:]`` stores, checked
+    as :func:`decode_stored` checks it, with no payload copied: (the engine entry's offset,
+    the record's entry id, base offset, count, publish time), the position after it. The
+    path of a ledger store rebuilding its index at start. Raises RecordError."""
+    local, _, _, _, _, end = decode_header(buf, pos)
+    start = pos + ENTRY_HEADER_SIZE
+    if end - start < RECORD.size:
+        raise RecordError("ledger record cut short", torn=False)
+    eid, base, count, ts, _, _ = RECORD.unpack_from(buf, start)
+    return (local, eid, base, count, ts), end
+
+
+def row_of(stored: Entry) -> Row:
+    """:func:`decode_row` of an engine entry already decoded (from the engine's cache)."""
+    eid, base, count, ts, _, _ = RECORD.unpack_from(stored.payload)
+    return stored.base_offset, eid, base, count, ts
+
+
 def entries_of(
     stored: list[Entry], eids: tuple[int, int], max_bytes: int, ledger_id: int
 ) -> list[Entry]:

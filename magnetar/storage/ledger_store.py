@@ -143,7 +143,7 @@ class LedgerStore:
         offset = self.engine.start_offset(name)
         while offset < self.engine.end_offset(name):
             try:
-                got = await self.engine.read(name, offset, max_entries=LOAD_CHUNK)
+                got = await self.engine.read_rows(name, offset, LOAD_CHUNK)
             except CorruptionError as err:
                 # the entries of this file from the damage to the next one that reads are
                 # not indexed: reads of them find the ledger damaged, and a repair replaces
@@ -152,10 +152,11 @@ class LedgerStore:
                 log.warning("ledger store: ledger %d: %s", ledger_id, err)
                 offset = await self.engine.next_readable(name, offset)
                 continue
-            for e in got:
-                r = Record.unpack(e.payload[:64])
-                ledger.add(r.entry_id, e.base_offset, r.base_offset, r.count, r.publish_time)
-                offset = e.next_offset
+            if not got:
+                break
+            for local, eid, base, count, ts in got:
+                ledger.add(eid, local, base, count, ts)
+            offset = got[-1][0] + 1
 
     def _segment_end(self, name: str, offset: int) -> int:
         """The end offset of the engine segment holding ``offset`` (where loading resumes)."""

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from magnetar.core.entries import Entry
 from magnetar.storage.errors import CorruptionError, OffsetOutOfRangeError, SegmentNotLocalError
+from magnetar.storage.ledger_records import Row
 from magnetar.storage.open_files import OpenFiles
 from magnetar.storage.segment import Segment, SegmentState
 from magnetar.storage.tail_cache import TailCache
@@ -119,6 +120,25 @@ class PartitionLog:
             out += got
             first += len(got)
             max_bytes -= size
+        return out
+
+    def read_rows(self, offset: int, max_entries: int) -> list[Row]:
+        """The index rows of a partition of ledger records from the entry at ``offset`` on
+        (see :meth:`Segment.read_rows`), at most ``max_entries``. Runs on a reader thread."""
+        if not self._readable(offset):
+            return []
+        out: list[Row] = []
+        while offset < self.end_offset and len(out) < max_entries:
+            segment = self.segment_for(offset)
+            try:
+                got = segment.read_rows(offset, max_entries - len(out), segment.info.size)
+            except (CorruptionError, OSError) as e:
+                self._failed(segment, offset, e, delivered=bool(out))
+                break
+            if not got:
+                break
+            out += got
+            offset = got[-1][0] + 1
         return out
 
     def _failed(

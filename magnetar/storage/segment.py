@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 from magnetar.storage.errors import CorruptionError
 from magnetar.storage.fileio import write_file_durably
 from magnetar.storage.index import NO_TIME, IndexBuilder, OffsetIndex, TimeIndex
-from magnetar.storage.ledger_records import decode_stored
+from magnetar.storage.ledger_records import Row, decode_row, decode_stored
 from magnetar.storage.open_files import APPEND, READ, OpenFiles
 from magnetar.storage.records import (
     ENTRY_HEADER_SIZE,
@@ -339,6 +339,24 @@ class Segment:
                 raise
         return out, offset, total
 
+    def read_rows(self, offset: int, max_entries: int, end: int) -> list[Row]:
+        """The index rows (``ledger_records.decode_row``) of a ledger partition's entries
+        from the one at ``offset``, at most ``max_entries``, up to byte ``end``: each entry
+        checked, no payload copied. Damage stops the read as :meth:`read` does."""
+        out: list[Row] = []
+        locate = lambda: self._indexes()[0].point(offset)  # noqa: E731
+        try:
+            for _, row in self._from_point(locate, end, decode_row, _local):
+                if row[0] < offset:
+                    continue
+                out.append(row)
+                if len(out) >= max_entries:
+                    break
+        except CorruptionError:
+            if not out:
+                raise
+        return out
+
     def find_time(self, ts: int, end: int) -> int | None:
         """Base offset of the first entry with publish time >= ``ts``, or None."""
         locate = lambda: self._indexes()[1].point(ts)  # noqa: E731
@@ -355,7 +373,7 @@ def _base(entry: Entry) -> int:
     return entry.base_offset
 
 
-def _local(stored: tuple[int, int, Entry]) -> int:
+def _local(stored: tuple[int, ...] | tuple[int, int, Entry]) -> int:
     return stored[0]
 
 

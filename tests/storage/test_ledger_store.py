@@ -15,6 +15,7 @@ from magnetar.storage.errors import FencedError
 from magnetar.storage.ledger_records import RECORD, Record, pack_entry
 from magnetar.storage.ledger_store import LedgerStore, StoredLedger
 from tests.storage.conftest import OpenEngine, reopen
+from tests.storage.test_corruption import flip
 
 
 def record(eid: int, base: int | None = None) -> Record:
@@ -154,3 +155,36 @@ async def test_reads_decode_records_from_the_files_or_the_cache_across_files_and
     assert small is not None and [e.payload for e in small[0]] == [b"e3", b"e4"]
     one = await store.read_entries(7, 18, 25, 1)
     assert one is not None and [e.payload for e in one[0]] == [b"e18"]
+
+
+async def test_the_index_rebuilt_at_open_equals_the_one_built_by_the_adds_and_skips_damage(
+    open_engine: OpenEngine, tmp_path: Path
+) -> None:
+    """At open the store reads only the records' headers back (no payload copied): the same
+    rows as the adds indexed, across the engine's files; a damaged file's entries from the
+    damage on are left out and the ledger marked damaged, the files after it still indexed."""
+    engine = await open_engine(segment_max_bytes=400)
+    store = await _store(engine, tmp_path)
+    for eid in range(40):
+        await store.add(7, record(eid))
+    held = store.ledger(7)
+    assert held is not None
+    added = dict(held.rows)
+    engine = await reopen(engine, open_engine, segment_max_bytes=400)
+    store = await _store(engine, tmp_path)
+    again = store.ledger(7)
+    assert again is not None and again.rows == added and again.ids == list(range(40))
+    assert not again.damaged and not store.skipped_at_load(7)
+
+    files = sorted(engine.ledger_dir.glob("*/*.log"))
+    assert len(files) > 3
+    await engine.aclose()
+    await engine.meta.aclose()
+    flip(files[1], files[1].stat().st_size - 1)  # the payload of the second file's last entry
+    store = await _store(await open_engine(segment_max_bytes=400), tmp_path)
+    damaged = store.ledger(7)
+    assert damaged is not None and "checksum" in damaged.damaged
+    assert store.skipped_at_load(7)
+    missing = sorted(set(range(40)) - set(damaged.rows))
+    assert missing == list(range(missing[0], missing[-1] + 1)) and 39 not in missing
+    assert all(damaged.rows[eid] == added[eid] for eid in damaged.rows)
