@@ -17,8 +17,9 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from magnetar.core.clock import SYSTEM_CLOCK, Clock
 from magnetar.core.config import Settings
@@ -72,8 +73,6 @@ class LocalStorage(SegmentedStorage):
         )
         self.engine = engine
         self.store = store
-        # entry id → base offset / publish time of each segment, the confirmed prefix
-        self._indexes: dict[int, tuple[array.array[int], array.array[int]]] = {}
         self._ager: asyncio.Task[None] | None = None
 
     @classmethod
@@ -139,32 +138,18 @@ class LocalStorage(SegmentedStorage):
     # -- reads --------------------------------------------------------------------------
 
     async def index(self, info: SegmentInfo) -> Index:
-        """From the store's rows, kept here once read; an entry lost to damage (no row)
-        gets the end offset of the one before it, as a replicated index does, and is not
-        kept: a read there meets the damage."""
-        sid = info.segment_id
+        """The store's rows, read in place when every entry of the segment is held (the
+        usual: no copy, nothing to build at a first read); else a copy in which an entry
+        lost to damage (no row) gets the end offset of the one before it, as a replicated
+        index does, so that a read there meets the damage."""
         last = info.entries - 1
-        bases, times = self._indexes.setdefault(sid, (array.array("q"), array.array("q")))
-        if len(bases) > last:
-            return bases, times
-        held = self.store.ledger(sid)
+        held = self.store.ledger(info.segment_id)
         rows = held.rows if held is not None else {}
-        try:  # the usual: every row held, taken in one go
-            got = [rows[eid] for eid in range(len(bases), last + 1)]
-        except KeyError:  # else up to the first missing one
-            got = []
-            while (row := rows.get(len(bases) + len(got))) is not None:
-                got.append(row)
-        bases.extend([row[1] for row in got])
-        times.extend([row[3] for row in got])
-        if len(bases) > last:
-            return bases, times
-        bases, times = array.array("q", bases), array.array("q", times)  # a copy, not kept
+        if held is not None and held.last_of_prefix >= last:
+            return _Column(rows, 1, last + 1), _Column(rows, 3, last + 1)
+        bases, times = array.array("q"), array.array("q")
         end, ts = info.first_offset, info.first_publish_time
-        if bases:
-            _, base, count, ts = rows[len(bases) - 1]
-            end = base + count
-        for eid in range(len(bases), last + 1):
+        for eid in range(last + 1):
             row = rows.get(eid)
             if row is not None:
                 _, end, count, ts = row
@@ -263,3 +248,31 @@ def _engine_settings(settings: Settings) -> StorageSettings:
     partitions' tails above it hold the newest entries, within the node's budget."""
     base = StorageSettings.of(settings)
     return dataclasses.replace(base, segment_max_age=0, segment_max_entries=0, tail_cache_bytes=0)
+
+
+class _Column(Sequence[int]):
+    """Field ``at`` of a ledger's rows (entry id → row) for entry ids 0..length-1, read in
+    place: the index of a segment whose every entry is held."""
+
+    __slots__ = ("_at", "_length", "_rows")
+
+    def __init__(self, rows: dict[int, tuple[int, int, int, int]], at: int, length: int) -> None:
+        self._rows, self._at, self._length = rows, at, length
+
+    def __len__(self) -> int:
+        return self._length
+
+    @overload
+    def __getitem__(self, eid: int) -> int: ...
+
+    @overload
+    def __getitem__(self, eid: slice) -> list[int]: ...
+
+    def __getitem__(self, eid: int | slice) -> int | list[int]:
+        ids = range(self._length)[eid]  # IndexError past the end, as a list's
+        if isinstance(ids, range):
+            return [self._rows[i][self._at] for i in ids]
+        return self._rows[ids][self._at]
+
+    def __iter__(self) -> Iterator[int]:
+        return (self._rows[i][self._at] for i in range(self._length))
