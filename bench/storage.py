@@ -14,6 +14,13 @@ For each entry size (default 1, 10, 100 and 1000 messages of 100 bytes per entry
   files are dropped from the page cache (``posix_fadvise(DONTNEED)``) and the partition is
   read sequentially from its first offset to its end; then read once more, page cache warm.
 
+With ``--catch-up-pairs N`` it measures only the catch-up read, standalone's storage against
+the engine's partition API beneath it (standalone's layout before issue 13): ``--messages``
+one-message entries are written into each (fast, many writers: writes are not measured),
+then N rounds read each cold, alternating which goes first, and the medians are compared.
+Both read exactly the same number of entries, so a round's ratio is not skewed by a write
+phase that stopped early on one side.
+
 Each write phase stops after ``--messages`` messages or ``--budget-seconds``, whichever
 comes first, and reports what it actually did. Throughput counts payload only: MB/s is
 10^6 payload bytes per second, the same measure for the engine and for raw.
@@ -30,6 +37,7 @@ import dataclasses
 import math
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -220,16 +228,16 @@ def raw_baseline(directory: Path, size: int, plan: Plan, batch: int = 1) -> Writ
 # -- the engine -----------------------------------------------------------------------------
 
 
-Storage = StorageEngine | LocalStorage  # what standalone appends through, per --ledger-storage
+# standalone's storage (segments), or the storage engine's partition API beneath it (engine:
+# standalone's layout before issue 13)
+Storage = StorageEngine | LocalStorage
 
 
 @contextlib.asynccontextmanager
 async def opened_engine(data_dir: Path, kind: str = "engine") -> AsyncIterator[Storage]:
-    """Standalone's storage on ``data_dir``: the engine's partition API, or (``segments``)
-    the managed ledger's writer over the engine's ledgers."""
-    settings = build_settings(
-        env={}, overrides={"data_dir": data_dir, "fsync": "always", "ledger_storage": kind}
-    )
+    """Standalone's storage on ``data_dir`` (``segments``: the managed ledger's writer over
+    the engine's ledgers), or the engine's partition API alone (``engine``)."""
+    settings = build_settings(env={}, overrides={"data_dir": data_dir, "fsync": "always"})
     meta = open_metadata_store(settings.metadata)
     try:
         storage: Storage
@@ -369,6 +377,53 @@ async def bench_size(workdir: Path, size: int, args: argparse.Namespace) -> Size
     return SizeResult(size, written, raw, raw_grouped, tail, disk, cached, stats)
 
 
+async def fill(data_dir: Path, kind: str, entries: int) -> None:
+    """``entries`` one-message entries in ``kind``'s storage, 64 writers (not timed)."""
+    async with opened_engine(data_dir, kind) as engine:
+        await engine.create_partition(PARTITION)
+        plan = Plan(entries, budget=math.inf)
+        await run_writers(engine, 1, plan, 64, asyncio.Event())
+
+
+async def cold_catch_up(data_dir: Path, kind: str, args: argparse.Namespace) -> ReadResult:
+    async with opened_engine(data_dir, kind) as engine:
+        await engine.create_partition(PARTITION)
+        evict_page_cache(engine.ledger_dir)
+        return await read_all(engine, args)
+
+
+async def catch_up_pairs(workdir: Path, args: argparse.Namespace) -> dict[str, list[float]]:
+    """Cold catch-up msgs/s of each layout, round by round (see the module's docstring)."""
+    kinds = ("segments", "engine")
+    for kind in kinds:
+        await fill(workdir / kind, kind, args.messages)
+    rates: dict[str, list[float]] = {kind: [] for kind in kinds}
+    for n in range(args.catch_up_pairs):
+        for kind in kinds if n % 2 == 0 else kinds[::-1]:
+            got = await cold_catch_up(workdir / kind, kind, args)
+            assert got.messages == args.messages, f"{kind} read {got.messages} messages"
+            rates[kind].append(got.msgs_per_s)
+        seg, eng = rates["segments"][-1], rates["engine"][-1]
+        print(f"round {n + 1}: segments {seg:,.0f} msgs/s, engine {eng:,.0f}, {seg / eng:.2f}x")
+    return rates
+
+
+def print_pairs(rates: dict[str, list[float]], markdown: bool) -> None:
+    seg, eng = rates["segments"], rates["engine"]
+    ratios = sorted(s / e for s, e in zip(seg, eng, strict=True))
+    row = [
+        str(len(seg)),
+        fmt_rate(statistics.median(seg)),
+        fmt_rate(statistics.median(eng)),
+        f"{statistics.median(seg) / statistics.median(eng):.2f}x",
+        f"{ratios[0]:.2f}-{ratios[-1]:.2f}x",
+    ]
+    headers = ("rounds", "segments msgs/s", "engine msgs/s", "ratio of medians", "rounds' ratios")
+    render = render_markdown_table if markdown else render_table
+    print("\nCold catch-up, one-message entries, equal counts (medians):")
+    print(render(headers, [row]))
+
+
 # -- report ---------------------------------------------------------------------------------
 
 WRITE_HEADERS = (
@@ -487,8 +542,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--ledger-storage",
         choices=("engine", "segments"),
         default="segments",
-        help="standalone's storage to measure: the managed ledger's writer over the engine's "
-        "ledgers (segments, standalone's default) or the engine's partition API (engine)",
+        help="what to measure: standalone's storage, the managed ledger's writer over the "
+        "engine's ledgers (segments), or the engine's partition API alone (engine: "
+        "standalone's layout before issue 13, the layer beneath today)",
+    )
+    p.add_argument(
+        "--catch-up-pairs",
+        type=int,
+        default=0,
+        metavar="N",
+        help="only compare the cold catch-up of segments and engine over N alternating rounds",
     )
     args = p.parse_args(argv)
     args.sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
@@ -528,6 +591,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     workdir, fs = make_workdir(args.dir)
     started = utc_now()
     print(f"{started}  {machine_info()}  dir={workdir} ({fs.fstype} on {fs.device})", flush=True)
+    if args.catch_up_pairs:
+        try:
+            rates = asyncio.run(catch_up_pairs(workdir, args))
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+        print_pairs(rates, args.markdown)
+        write_json(
+            args.json.with_name("storage_catch_up_pairs.json"),
+            {
+                "benchmark": "storage catch-up pairs",
+                "started": started,
+                "machine": machine_info(),
+                "messages": args.messages,
+                "msgs_per_s": rates,
+            },
+        )
+        return 0
     try:
         results = asyncio.run(run_all(args, workdir))
     finally:

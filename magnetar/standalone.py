@@ -47,7 +47,6 @@ from magnetar.http.routes import Route, ok
 from magnetar.http.server import HttpServer, base_url
 from magnetar.ledger import LedgerFactory
 from magnetar.ledger.local_storage import LocalStorage
-from magnetar.ledger.upgrade import is_ledger_partition
 from magnetar.meta import MetadataStore, open_metadata_store
 from magnetar.meta.counters import reserve_block
 from magnetar.protocols.flight.server import BulkReadServer
@@ -57,7 +56,6 @@ from magnetar.protocols.kafka.server import KafkaServer
 from magnetar.protocols.kafka.service import KafkaSettings
 from magnetar.protocols.kafka.txn_apis import markers_here
 from magnetar.protocols.pulsar.server import PulsarServer
-from magnetar.storage import StorageEngine, StorageSettings
 from magnetar.tier import IcebergTables, Tier, open_object_store
 from magnetar.views.http import view_routes
 from magnetar.views.metrics import view_metrics
@@ -65,7 +63,7 @@ from magnetar.views.service import ViewService
 
 log = logging.getLogger(__name__)
 
-NodeStorage = StorageEngine | LocalStorage | ReplicatedStorage  # the ledgers' storage
+NodeStorage = LocalStorage | ReplicatedStorage  # the ledgers' storage
 
 
 @dataclass
@@ -97,11 +95,8 @@ class Standalone:
         try:
             if replicated:
                 storage = await ReplicatedStorage.open(settings, meta)
-            elif settings.ledger_storage == "segments":
-                storage = await LocalStorage.open(settings, meta)
             else:
-                storage = await StorageEngine.open(StorageSettings.of(settings), meta)
-                await _refuse_the_new_layout(storage, settings)
+                storage = await LocalStorage.open(settings, meta)
         except BaseException:
             await meta.aclose()
             raise
@@ -491,18 +486,6 @@ def _broker_routes(broker: Broker) -> list[Route]:
     ]
 
 
-async def _refuse_the_new_layout(engine: StorageEngine, settings: Settings) -> None:
-    """The engine does not read a data directory the managed ledger's writer has written
-    (``--ledger-storage segments`` upgrades the other way only)."""
-    if any(is_ledger_partition(name) for name in engine.partitions()):
-        await engine.aclose()
-        raise ConfigError(
-            "ledger_storage",
-            f"{settings.data_dir} holds ledgers written with --ledger-storage segments; "
-            "start with --ledger-storage segments (the engine layout cannot read them)",
-        )
-
-
 def _storage_node_routes(storage: NodeStorage) -> list[Route]:
     """``GET /admin/v2/storage-nodes`` (Pulsar's ``bookies list``): the registered nodes with
     free space and mode; a standalone's one embedded engine is listed as ``embedded``."""
@@ -541,10 +524,10 @@ def _metric_sources(node: Standalone) -> list[MetricSource]:
     """What /metrics adds to the broker's series: storage, Kafka and views."""
     cluster = node.broker.settings.cluster_name
     sources = []
-    if isinstance(node.storage, StorageEngine | LocalStorage):
-        sources.append(storage_metrics(node.storage, cluster))
-    else:
+    if isinstance(node.storage, ReplicatedStorage):
         sources.append(cluster_metrics(node.storage, cluster))
+    else:
+        sources.append(storage_metrics(node.storage, cluster))
     if node.kafka is not None:
         sources.append(kafka_metrics(node.kafka))
     if node.views is not None:

@@ -35,12 +35,6 @@ _STANDALONE_FLAGS: list[tuple[str, str, type, str]] = [
     ("--segment-max-bytes", "segment_max_bytes", int, "roll a segment at this size"),
     ("--segment-max-age", "segment_max_age", float, "roll a segment after SECONDS (0: never)"),
     ("--segment-max-entries", "segment_max_entries", int, "roll after N entries (0: no limit)"),
-    (
-        "--ledger-storage",
-        "ledger_storage",
-        str,
-        "segments (default: the managed ledger's writer over local ledgers) or engine",
-    ),
     ("--index-interval-bytes", "index_interval_bytes", int, "bytes between index entries"),
     ("--journal-max-bytes", "journal_max_bytes", int, "rotate journal files at this size"),
     ("--bind-address", "bind_address", str, "address the listeners bind to"),

@@ -63,12 +63,6 @@ class Settings:
     segment_max_bytes: int = 128 * MiB
     segment_max_age: float = 0.0  # seconds; 0 = no age limit
     segment_max_entries: int = 0  # 0 = no limit
-    # how a standalone node stores its ledgers: "segments" (the managed ledger's writer
-    # assigns offsets and rolls segments, each a ledger of the local ledger store, as
-    # brokers of a cluster write; a directory in the engine's layout is upgraded at start)
-    # or "engine" (the storage engine's own partitions: the layout before issue 13, kept
-    # for a directory not yet upgraded; one in the new layout cannot go back)
-    ledger_storage: str = "segments"
     index_interval_bytes: int = 4096  # bytes between a segment's offset/time index entries
     tail_cache_bytes: int = 512 * MiB  # newest entries of all partitions, per node
     # segment files held open at once, node-wide (BookKeeper's openFileLimit); idle ones
@@ -434,11 +428,6 @@ def _coerce(name: str, value: Any) -> Any:
     return str(value)
 
 
-def _validate_ledger_storage(s: Settings) -> None:
-    if s.ledger_storage not in ("engine", "segments"):
-        raise ConfigError("ledger_storage", f"{s.ledger_storage!r} is not one of engine, segments")
-
-
 def _validate_iceberg(s: Settings) -> None:
     if s.iceberg_catalog not in ("sqlite", "rest", "none"):
         raise ConfigError(
@@ -494,7 +483,6 @@ def _validate(s: Settings) -> None:
         )
     parse_listeners(s.advertised_listeners)  # raises ConfigError when malformed
     _validate_iceberg(s)
-    _validate_ledger_storage(s)
     _validate_tls(s)
     check_quorums(s.ensemble_size, s.write_quorum, s.ack_quorum)
     if not (s.metadata_url == "" or s.metadata_url.startswith(("sqlite://", "memory:", "zk://"))):

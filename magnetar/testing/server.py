@@ -60,6 +60,7 @@ class StandaloneProcess:
     data_dir: Path
     extra_args: list[str] = field(default_factory=list)
     role: str = "standalone"  # or "broker" (ledgers on storage nodes; needs --metadata-url)
+    module: str = "magnetar.cli"  # what ``python -m`` runs (a test's own entry point)
     pulsar_port: int = field(default_factory=free_port)
     http_port: int = field(default_factory=free_port)
     kafka_port: int = field(default_factory=free_port)
@@ -94,7 +95,7 @@ class StandaloneProcess:
         return [
             sys.executable,
             "-m",
-            "magnetar.cli",
+            self.module,
             self.role,
             "--data-dir",
             str(self.data_dir),

@@ -25,8 +25,8 @@ ARGS = ["--segment-max-entries", "100"]
 
 
 def segment_files(data: Path) -> list[Path]:
-    """The files holding the topic's segments, in segment order: the engine's segment files,
-    or each ledger's closed file (--ledger-storage segments), never an empty one."""
+    """The files holding the topic's segments, in segment order: each ledger's files in the
+    engine beneath, never an empty one."""
     files = sorted((data / "ledgers").rglob("*.log"))
     return [f for f in files if f.stat().st_size > 0]
 

@@ -362,9 +362,8 @@ def test_history_offloaded_without_catalog_is_registered_once_it_is_on(tmp_path:
         warehouse=f"file://{data_dir / 'tier' / 'iceberg'}",
     )
     rows = catalog.load_table("public.default.old").scan().to_arrow().sort_by("__offset")
-    # The two full segments; with --ledger-storage segments also the one-message segment that
-    # was open at the stop: its writer closes it at the restart (as Pulsar closes a ledger),
-    # so it is offloaded and registered too.
+    # The two full segments, and the one-message segment that was open at the stop once it
+    # is offloaded too: its writer closes it at the restart (as Pulsar closes a ledger).
     n = rows.num_rows
     assert n in (2 * SEGMENT, 2 * SEGMENT + 1)
     assert rows.column("__offset").to_pylist() == list(range(n))

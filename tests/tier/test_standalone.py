@@ -169,9 +169,8 @@ def offload_status(admin: AdminHttp, topic: str) -> dict[str, Any]:
 
 
 def local_segments(data_dir: Path) -> set[int]:
-    """Ids of the segments whose files are on the local disk: the engine's segment files,
-    or (``--ledger-storage segments``) the ledgers ``L<segment id>`` with files, found
-    through the engine's partition records in the metadata store."""
+    """Ids of the segments whose files are on the local disk: the ledgers ``L<segment id>``
+    with files, found through the engine's partition records in the metadata store."""
     with contextlib.closing(
         sqlite3.connect(f"file:{data_dir / 'metadata.db'}?mode=ro", uri=True)
     ) as db:
@@ -179,8 +178,6 @@ def local_segments(data_dir: Path) -> set[int]:
             "SELECT value FROM nodes WHERE path LIKE '/storage/partitions/L%'"
         ).fetchall()
     ledgers = {int(d["name"][1:]): d["id"] for d in (json.loads(v) for (v,) in rows)}
-    if not ledgers:
-        return {int(p.stem) for p in (data_dir / "ledgers").rglob("*.log")}
     return {
         ledger
         for ledger, pid in ledgers.items()
