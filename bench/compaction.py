@@ -48,11 +48,11 @@ from magnetar.broker.compaction import TopicCompaction
 from magnetar.core import formats
 from magnetar.core.config import build_settings
 from magnetar.ledger import LedgerFactory, ManagedLedger
+from magnetar.ledger.local_storage import LocalStorage
 from magnetar.meta import open_metadata_store
 from magnetar.protocols.pulsar._proto import pulsar_api_pb2 as pb
 from magnetar.protocols.pulsar.batch import BatchedMessage, build_batch
 from magnetar.protocols.pulsar.frames import pack_payload
-from magnetar.storage import StorageEngine, StorageSettings
 
 TOPIC = "public/default/bench-compaction"
 MESSAGE_BYTES = 100
@@ -133,9 +133,9 @@ async def collect_rows(ledger: ManagedLedger) -> tuple[list[bytes], list[int]]:
 async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     settings = build_settings(env={}, overrides={"data_dir": workdir / "node", "fsync": "never"})
     meta = open_metadata_store(settings.metadata)
-    engine = await StorageEngine.open(StorageSettings.of(settings), meta)
+    storage = await LocalStorage.open(settings, meta)  # standalone's storage
     try:
-        ledgers = LedgerFactory(engine)
+        ledgers = LedgerFactory(storage)
         ledger = await ledgers.open(TOPIC)
         build = await write(ledger, args.messages, args.keys, args.batch)
         print(f"wrote {args.messages:,} messages in {build:.1f} s (not compared)", flush=True)
@@ -148,7 +148,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         arrow_s, groups = group_by(await collect_rows(ledger))
         retained = sum(1 for _ in [r async for r in view.records()])
     finally:
-        await engine.aclose()
+        await storage.aclose()
         await meta.aclose()
     n = args.messages
     rows = [

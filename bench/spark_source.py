@@ -63,11 +63,12 @@ from bench.common import (
 from magnetar.core import formats
 from magnetar.core.config import build_settings
 from magnetar.ledger import ManagedLedger
+from magnetar.ledger.local_storage import LocalStorage
 from magnetar.meta import open_metadata_store
 from magnetar.protocols.pulsar._proto import pulsar_api_pb2 as pb
 from magnetar.protocols.pulsar.batch import BatchedMessage, build_batch
 from magnetar.protocols.pulsar.frames import pack_payload
-from magnetar.storage import SegmentState, StorageEngine, StorageSettings
+from magnetar.storage import SegmentState
 from magnetar.testing.server import REPO, StandaloneProcess
 from magnetar.tier import LocalObjectStore, Tier
 
@@ -134,14 +135,14 @@ async def build(data_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
         },
     )
     meta = open_metadata_store(settings.metadata)
-    engine = await StorageEngine.open(StorageSettings.of(settings), meta)
+    storage = await LocalStorage.open(settings, meta)  # standalone's storage
     tier = Tier(LocalObjectStore(data_dir / "tier"), row_group_rows=args.row_group_rows)
     try:
-        ledger = await ManagedLedger.open(LEDGER, engine, tier)
+        ledger = await ManagedLedger.open(LEDGER, storage, tier)
         offloaded = args.messages - args.local_messages
         start = time.perf_counter()
         await append(ledger, 0, offloaded, args)
-        await engine.roll(LEDGER)
+        await storage.roll(LEDGER)
         wrote = time.perf_counter() - start
         print(f"wrote {offloaded:,} events in {wrote:.1f} s", flush=True)
         start = time.perf_counter()
@@ -157,7 +158,7 @@ async def build(data_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
         ]
     finally:
         tier.close()
-        await engine.aclose()
+        await storage.aclose()
         await meta.aclose()
     return {"write_seconds": wrote, "offload_seconds": offload, "segments": segments}
 

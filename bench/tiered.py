@@ -6,14 +6,14 @@ One partition of ``--messages`` messages of 100 random bytes, written as Pulsar 
 
 * **write** — ``ManagedLedger.append`` with fsync=never (building the data, not measured
   against anything).
-* **local catch-up** — the engine is reopened (empty tail cache), segment files are dropped
-  from the page cache, and ``ManagedLedger.read`` walks the partition from offset 0 to its
-  end, the way a subscription catching up does.
+* **local catch-up** — standalone's storage (``LocalStorage``) is reopened (empty tail
+  cache), segment files are dropped from the page cache, and ``ManagedLedger.read`` walks
+  the partition from offset 0 to its end, the way a subscription catching up does.
 * **offload** — ``ManagedLedger.offload`` of every closed segment: read the segment, unpack
   each batch into one row per message, write Parquet (zstd), upload to a local-directory
   object store, read it back and verify checksum and row count. MB/s is message payload
   (100 B/message) per second, the same measure everywhere here.
-* **offloaded catch-up** — local copies dropped, engine reopened (cold reader cache, objects
+* **offloaded catch-up** — local copies dropped, storage reopened (cold reader cache, objects
   dropped from the page cache), the same ``ManagedLedger.read`` walk: now every closed
   segment is read from Parquet and its entries rebuilt.
 * **limit** — ``pyarrow.parquet.read_table`` of each object (all columns into Arrow, objects
@@ -66,11 +66,12 @@ from bench.tiered_iceberg import run_iceberg
 from magnetar.core import formats
 from magnetar.core.config import Settings, build_settings
 from magnetar.ledger import ManagedLedger
-from magnetar.meta import open_metadata_store
+from magnetar.ledger.local_storage import LocalStorage
+from magnetar.meta import MetadataStore, open_metadata_store
 from magnetar.protocols.pulsar._proto import pulsar_api_pb2 as pb
 from magnetar.protocols.pulsar.batch import BatchedMessage, build_batch
 from magnetar.protocols.pulsar.frames import pack_payload
-from magnetar.storage import SegmentState, StorageEngine, StorageSettings
+from magnetar.storage import SegmentState
 from magnetar.testing.server import StandaloneProcess
 from magnetar.tier import LocalObjectStore, Tier
 
@@ -105,24 +106,26 @@ class Phase:
 
 @dataclass(slots=True)
 class Node:
-    """The engine, tier and ledger of the benchmark's data directory."""
+    """Standalone's storage, tier and ledger of the benchmark's data directory."""
 
     settings: Settings
-    engine: StorageEngine
+    meta: MetadataStore
+    storage: LocalStorage  # standalone's storage: the writer over the engine's ledgers
     tier: Tier
     ledger: ManagedLedger
 
     @classmethod
     async def open(cls, settings: Settings, row_group_rows: int) -> Node:
         meta = open_metadata_store(settings.metadata)
-        engine = await StorageEngine.open(StorageSettings.of(settings), meta)
+        storage = await LocalStorage.open(settings, meta)
         tier = Tier(LocalObjectStore(settings.data_dir / "tier"), row_group_rows=row_group_rows)
-        return cls(settings, engine, tier, await ManagedLedger.open(TOPIC, engine, tier))
+        ledger = await ManagedLedger.open(TOPIC, storage, tier)
+        return cls(settings, meta, storage, tier, ledger)
 
     async def aclose(self) -> None:
         self.tier.close()
-        await self.engine.aclose()
-        await self.engine.meta.aclose()
+        await self.storage.aclose()
+        await self.meta.aclose()
 
 
 # -- phases -------------------------------------------------------------------------------------
@@ -249,7 +252,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     )
     node = await Node.open(settings, args.row_group_rows)
     phases = [await write(node, args.messages, args.batch)]
-    await node.engine.roll(TOPIC)  # every message in a closed segment: all of it offloads
+    await node.storage.roll(TOPIC)  # every message in a closed segment: all of it offloads
     print(phases[-1], flush=True)
     node = await reopened(node, args)
     phases.append(await catch_up(node, "catch-up, local segments (ManagedLedger.read)"))

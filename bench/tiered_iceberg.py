@@ -33,12 +33,13 @@ import pyarrow.parquet as pq
 from magnetar.core import formats
 from magnetar.core.config import build_settings
 from magnetar.ledger import ManagedLedger
+from magnetar.ledger.local_storage import LocalStorage
 from magnetar.meta import open_metadata_store
 from magnetar.protocols.pulsar._proto import pulsar_api_pb2 as pb
 from magnetar.protocols.pulsar.batch import BatchedMessage, build_batch
 from magnetar.protocols.pulsar.batch_arrays import MIN_BATCHES
 from magnetar.protocols.pulsar.frames import pack_payload
-from magnetar.storage import SegmentState, StorageEngine, StorageSettings
+from magnetar.storage import SegmentState
 from magnetar.tier import IcebergTables, LocalObjectStore, Tier, ValueSchema
 
 TOPIC = "public/default/bench-iceberg"
@@ -171,27 +172,27 @@ async def run_iceberg(workdir: Path, messages: int, batch: int, segment_mb: int)
         },
     )
     meta = open_metadata_store(settings.metadata)
-    engine = await StorageEngine.open(StorageSettings.of(settings), meta)
+    storage = await LocalStorage.open(settings, meta)  # standalone's storage
     store = LocalObjectStore(settings.data_dir / "tier")
     tables = IcebergTables.open(store, "sqlite", f"sqlite:///{settings.data_dir / 'iceberg.db'}")
     tier = Tier(store, iceberg=tables)
     try:
-        ledger = await ManagedLedger.open(TOPIC, engine, tier)
+        ledger = await ManagedLedger.open(TOPIC, storage, tier)
         written = 0
         while written < messages:
             size = min(batch, messages - written)
             await ledger.append(_batch(written, size), count=size, fmt=formats.PULSAR)
             written += size
-        await engine.roll(TOPIC)
+        await storage.roll(TOPIC)
         tables.catalog  # noqa: B018 - connect (imports pyiceberg) before the clock starts
         schema = ValueSchema("JSON", (ORDER,))
         # A node pays its first offload's imports (pyiceberg's writer, pyarrow's pandas
         # shim, the first Arrow take: seconds) once per process: pay them on another topic
         # before the clock.
-        warm = await ManagedLedger.open(f"{TOPIC}-warm-up", engine, tier)
+        warm = await ManagedLedger.open(f"{TOPIC}-warm-up", storage, tier)
         for i in range(MIN_BATCHES):  # enough batches to take the numpy split too
             await warm.append(_batch(2 * i, 2), count=2, fmt=formats.PULSAR)
-        await engine.roll(warm.name)
+        await storage.roll(warm.name)
         await warm.offload(warm.segments()[0].segment_id, value_schema=schema)
         spent = _time_iceberg_steps(tables)
         closed = [s for s in ledger.segments() if s.state is SegmentState.CLOSED]
@@ -215,7 +216,7 @@ async def run_iceberg(workdir: Path, messages: int, batch: int, segment_mb: int)
         assert scanned.num_rows == rows.num_rows == sum(t.num_rows for t in direct) == messages
     finally:
         tier.close()
-        await engine.aclose()
+        await storage.aclose()
         await meta.aclose()
     return [
         Pair(
