@@ -385,31 +385,47 @@ async def fill(data_dir: Path, kind: str, entries: int) -> None:
         await run_writers(engine, 1, plan, 64, asyncio.Event())
 
 
-async def cold_catch_up(data_dir: Path, kind: str, args: argparse.Namespace) -> ReadResult:
+async def cold_catch_up(
+    data_dir: Path, kind: str, args: argparse.Namespace
+) -> tuple[ReadResult, float]:
+    """The catch-up from disk, and the seconds the storage took to open (page cache cold
+    for both: the ledger store rebuilds its index from the records at open)."""
+    evict_page_cache(data_dir)
+    start = time.perf_counter()
     async with opened_engine(data_dir, kind) as engine:
+        opened = time.perf_counter() - start
         await engine.create_partition(PARTITION)
         evict_page_cache(engine.ledger_dir)
-        return await read_all(engine, args)
+        return await read_all(engine, args), opened
 
 
-async def catch_up_pairs(workdir: Path, args: argparse.Namespace) -> dict[str, list[float]]:
-    """Cold catch-up msgs/s of each layout, round by round (see the module's docstring)."""
+async def catch_up_pairs(
+    workdir: Path, args: argparse.Namespace
+) -> dict[str, dict[str, list[float]]]:
+    """Cold catch-up msgs/s and open seconds of each layout, round by round (see the
+    module's docstring)."""
     kinds = ("segments", "engine")
     for kind in kinds:
         await fill(workdir / kind, kind, args.messages)
-    rates: dict[str, list[float]] = {kind: [] for kind in kinds}
+    got: dict[str, dict[str, list[float]]] = {k: {"msgs_per_s": [], "open_s": []} for k in kinds}
     for n in range(args.catch_up_pairs):
         for kind in kinds if n % 2 == 0 else kinds[::-1]:
-            got = await cold_catch_up(workdir / kind, kind, args)
-            assert got.messages == args.messages, f"{kind} read {got.messages} messages"
-            rates[kind].append(got.msgs_per_s)
-        seg, eng = rates["segments"][-1], rates["engine"][-1]
-        print(f"round {n + 1}: segments {seg:,.0f} msgs/s, engine {eng:,.0f}, {seg / eng:.2f}x")
-    return rates
+            read, opened = await cold_catch_up(workdir / kind, kind, args)
+            assert read.messages == args.messages, f"{kind} read {read.messages} messages"
+            got[kind]["msgs_per_s"].append(read.msgs_per_s)
+            got[kind]["open_s"].append(opened)
+        seg, eng = (got[k]["msgs_per_s"][-1] for k in kinds)
+        seg_open, eng_open = (got[k]["open_s"][-1] for k in kinds)
+        print(
+            f"round {n + 1}: segments {seg:,.0f} msgs/s, engine {eng:,.0f}, {seg / eng:.2f}x; "
+            f"open {seg_open:.2f} s / {eng_open:.2f} s",
+            flush=True,
+        )
+    return got
 
 
-def print_pairs(rates: dict[str, list[float]], markdown: bool) -> None:
-    seg, eng = rates["segments"], rates["engine"]
+def print_pairs(got: dict[str, dict[str, list[float]]], markdown: bool) -> None:
+    seg, eng = got["segments"]["msgs_per_s"], got["engine"]["msgs_per_s"]
     ratios = sorted(s / e for s, e in zip(seg, eng, strict=True))
     row = [
         str(len(seg)),
@@ -417,8 +433,13 @@ def print_pairs(rates: dict[str, list[float]], markdown: bool) -> None:
         fmt_rate(statistics.median(eng)),
         f"{statistics.median(seg) / statistics.median(eng):.2f}x",
         f"{ratios[0]:.2f}-{ratios[-1]:.2f}x",
+        f"{statistics.median(got['segments']['open_s']):.2f}",
+        f"{statistics.median(got['engine']['open_s']):.2f}",
     ]
-    headers = ("rounds", "segments msgs/s", "engine msgs/s", "ratio of medians", "rounds' ratios")
+    headers = (
+        "rounds", "segments msgs/s", "engine msgs/s", "ratio of medians", "rounds' ratios",
+        "segments open s", "engine open s",
+    )  # fmt: skip
     render = render_markdown_table if markdown else render_table
     print("\nCold catch-up, one-message entries, equal counts (medians):")
     print(render(headers, [row]))
@@ -593,10 +614,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{started}  {machine_info()}  dir={workdir} ({fs.fstype} on {fs.device})", flush=True)
     if args.catch_up_pairs:
         try:
-            rates = asyncio.run(catch_up_pairs(workdir, args))
+            got = asyncio.run(catch_up_pairs(workdir, args))
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
-        print_pairs(rates, args.markdown)
+        print_pairs(got, args.markdown)
         write_json(
             args.json.with_name("storage_catch_up_pairs.json"),
             {
@@ -604,7 +625,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "started": started,
                 "machine": machine_info(),
                 "messages": args.messages,
-                "msgs_per_s": rates,
+                "results": got,
             },
         )
         return 0
