@@ -6,7 +6,9 @@ One non-partitioned topic of ``--messages`` events of 100 random bytes, each wit
 ``--keys`` keys, written as Pulsar batches of ``--batch`` messages in segments of
 ``--segment-mb``. The data is built in-process (ManagedLedger.append, fsync=never, then
 ManagedLedger.offload of every closed segment and its local copy dropped), except the last
-``--local-messages``, which stay in the open segment (read over Arrow Flight). Then a real
+``--local-messages``, which stay in a local segment (read over Arrow Flight; the segment open
+while they were written is closed when the build's storage closes, as Pulsar closes a
+ledger, so the server starts with it closed and a new, empty one open). Then a real
 ``magnetar standalone`` serves that data directory and:
 
 * **Spark count()** — ``df.count()`` on a local[2] session: every row crosses from the
@@ -16,7 +18,7 @@ ManagedLedger.offload of every closed segment and its local copy dropped), excep
   shuffle.
 * the same two with a user-given schema (``.schema("offset long")``, ``.schema("key
   string")``): the source builds and ships only those columns.
-* **open segment only** — ``count()`` from the first local offset: the storage node's
+* **local segment only** — ``count()`` from the first local offset: the storage node's
   Arrow Flight path, which rebuilds rows from stored entries in Python.
 * **limit: pyarrow** — ``pyarrow.parquet.read_table`` of each offloaded object, all columns,
   in this process, one core (the objects were just read, so the page cache is warm for
@@ -78,7 +80,7 @@ TOPIC = f"persistent://{LEDGER}"
 COUNT, GROUP_BY = "Spark count() via magnetar", "Spark groupBy(key).count() via magnetar"
 NARROW = " [schema: {}]"  # the same action with a user-given schema (only those columns)
 LIMIT, BROKER = "limit: pyarrow read_table (Arrow)", "broker path: pulsar-client Reader"
-FLIGHT = "Spark count() of the open segment only (Arrow Flight)"
+FLIGHT = "Spark count() of the local segment only (Arrow Flight)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,7 +315,7 @@ def report(result: dict[str, Any], markdown: bool) -> None:
     print((render_markdown_table if markdown else render_table)(headers, rows))
     local = sum(n for _, is_local, n in result["segments"] if is_local)
     print(
-        f"\n{len(result['segments'])} segments, {local:,} events local (open segment), the "
+        f"\n{len(result['segments'])} segments, {local:,} events local (one segment), the "
         f"rest offloaded; load average {result['load']} (before/after Spark, end; 2 cores)"
     )
 
@@ -321,7 +323,7 @@ def report(result: dict[str, Any], markdown: bool) -> None:
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
     p.add_argument("--messages", type=int, default=10_000_000)
-    p.add_argument("--local-messages", type=int, default=100_000, help="left in the open segment")
+    p.add_argument("--local-messages", type=int, default=100_000, help="left in a local segment")
     p.add_argument("--batch", type=int, default=1000, help="messages per Pulsar batch (entry)")
     p.add_argument("--keys", type=int, default=100, help="distinct keys (the group-by column)")
     p.add_argument("--segment-mb", type=int, default=128, help="segment size (MiB)")
