@@ -16,6 +16,9 @@ class LedgerFactory:
     def __init__(self, storage: LedgerStorage, tier: Tier | None = None) -> None:
         self._storage = storage
         self._tier = tier
+        # partition → ids of its segments with an offload in flight, shared by every ledger
+        # opened on it here: a ledger reopened meanwhile leaves the earlier one's offload be
+        self._offloading: dict[str, set[int]] = {}
 
     @property
     def can_offload(self) -> bool:
@@ -40,4 +43,5 @@ class LedgerFactory:
 
     async def open(self, name: str) -> ManagedLedger:
         """The ledger of partition ``name``, created if new (durable when this returns)."""
-        return await ManagedLedger.open(name, self._storage, self._tier)
+        offloading = self._offloading.setdefault(name, set())
+        return await ManagedLedger.open(name, self._storage, self._tier, offloading=offloading)

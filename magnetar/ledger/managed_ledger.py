@@ -106,14 +106,23 @@ class LedgerStorage(Protocol):
 class ManagedLedger:
     """One partition's log. Appends are durable when :meth:`append` returns."""
 
-    def __init__(self, name: str, storage: LedgerStorage, tier: Tier | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        storage: LedgerStorage,
+        tier: Tier | None = None,
+        offloading: set[int] | None = None,
+    ) -> None:
         self.name = name
         self.storage = storage
         self.tier = tier
         self._firsts: dict[int, int] = {}  # segment id → first offset
         self._ids: list[int] = []  # known segment ids, ascending
         self._listeners: list[Callable[[], None]] = []
-        self._offloading: set[int] = set()  # segment ids with an offload in flight
+        # segment ids with an offload in flight in this process: shared by every ledger the
+        # same factory opens on this partition, so a ledger reopened while an earlier one's
+        # offload runs (a bundle unloaded and loaded here again) leaves that offload alone
+        self._offloading: set[int] = set() if offloading is None else offloading
         self._compacting = asyncio.Lock()  # table compaction, and retention beside it
         # what a subscription does at a damaged entry: skip it, or wait there (Pulsar's
         # ManagedLedgerConfig.autoSkipNonRecoverableData); set by the broker
@@ -123,11 +132,17 @@ class ManagedLedger:
 
     @classmethod
     async def open(
-        cls, name: str, storage: LedgerStorage, tier: Tier | None = None
+        cls,
+        name: str,
+        storage: LedgerStorage,
+        tier: Tier | None = None,
+        *,
+        offloading: set[int] | None = None,
     ) -> ManagedLedger:
-        """Open the ledger, creating its partition if it does not exist yet."""
+        """Open the ledger, creating its partition if it does not exist yet. ``offloading``:
+        the partition's offloads in flight in this process (see LedgerFactory)."""
         await storage.create_partition(name)
-        ledger = cls(name, storage, tier)
+        ledger = cls(name, storage, tier, offloading)
         ledger._refresh()
         await ledger._undo_cut_offloads()
         await ledger.clean_abandoned()
@@ -138,9 +153,10 @@ class ManagedLedger:
         crash, or an owner that lost the topic): CLOSED again, so it is offloaded afresh
         and retention can pass it. Its attempt stays recorded: ``clean_abandoned`` deletes
         what the attempt left. (The engine's own recovery does this for its records; the
-        writer's segment list has no recovery of its own.)"""
+        writer's segment list has no recovery of its own.) One whose offload still runs in
+        this process is left to it."""
         for info in self.storage.segments(self.name):
-            if info.state is SegmentState.OFFLOADING:
+            if info.state is SegmentState.OFFLOADING and info.segment_id not in self._offloading:
                 log.info(
                     "%s: segment %d was being offloaded when its process ended: CLOSED again",
                     self.name,

@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from magnetar.core.entries import Entry
+from magnetar.ledger import LedgerFactory
 from magnetar.ledger.errors import SegmentNotOffloadableError
 from magnetar.storage import OffsetOutOfRangeError, SegmentState
 from magnetar.storage.partition import PartitionLog
@@ -27,6 +28,7 @@ from magnetar.tier import (
     manifest_key,
 )
 from tests.tier.rig import (
+    PARTITION,
     OpenRig,
     Rig,
     append_mixed,
@@ -317,3 +319,44 @@ async def test_the_offloader_refuses_entries_that_do_not_cover_the_segment(
     assert rig.tier.store.list() == []
     manifest = rig.tier.offloader.offload(rig.ledger.name, seg, own, "attempt-2")
     assert manifest.row_count == seg.end_offset - seg.first_offset
+
+
+async def test_a_ledger_reopened_while_its_offload_runs_leaves_that_offload_be(
+    open_rig: OpenRig,
+) -> None:
+    """A bundle unloaded and loaded again in the same process while the offload service still
+    offloads one of its segments: the new ledger must neither revert that segment to CLOSED
+    nor delete the objects its attempt wrote, or the offload, ending after, would mark the
+    segment OFFLOADED over deleted objects and the messages would be lost with the local
+    copy. It ends OFFLOADED, every message read back from the object store."""
+    rig = await open_rig()
+    await append_mixed(rig.ledger, 23)
+    local = await read_all(rig.ledger)
+    factory = LedgerFactory(rig.engine, rig.tier)
+    first = await factory.open(PARTITION)
+    sid = rig.in_state(SegmentState.CLOSED)[0].segment_id
+    written, go_on = threading.Event(), threading.Event()
+    offload_table = rig.tier.offloader.offload_table
+
+    def uploaded_then_wait(*args: Any) -> Any:
+        out = offload_table(*args)  # objects written and verified...
+        written.set()
+        go_on.wait(30)  # ...and the segment's record not yet OFFLOADED
+        return out
+
+    rig.tier.offloader.offload_table = uploaded_then_wait  # type: ignore[method-assign]
+    offloading = asyncio.create_task(first.offload(sid))
+    try:
+        assert await asyncio.to_thread(written.wait, 30)
+        await rig.engine.unload(PARTITION)  # the bundle handed over...
+        again = await factory.open(PARTITION)  # ...and loaded here again
+        assert next(s for s in again.segments() if s.segment_id == sid).state is (
+            SegmentState.OFFLOADING
+        )
+    finally:
+        go_on.set()
+        info = await offloading
+    assert info.state is SegmentState.OFFLOADED
+    await again.drop_local_copy(sid)
+    assert not next(s for s in again.segments() if s.segment_id == sid).local
+    assert messages(await read_all(again)) == messages(local) == expected_messages(23)
