@@ -205,6 +205,9 @@ class OffloadService:
                     status.offloaded += 1
                     status.offloaded_bytes += seg.size
                 status.queued.pop(seg.segment_id, None)
+        except asyncio.CancelledError:  # the topic was unloaded, or the broker closes
+            status.status, status.last_error = "ERROR", "cancelled: the topic left this broker"
+            raise
         except Exception as e:
             status.status, status.last_error = "ERROR", f"{type(e).__name__}: {e}"
             log.warning("offload of %s failed (will retry): %s", topic.name, e)

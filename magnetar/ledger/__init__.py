@@ -9,7 +9,10 @@ from magnetar.ledger.factory import LedgerFactory
 from magnetar.ledger.managed_ledger import LedgerStorage, ManagedLedger
 from magnetar.storage import OffsetOutOfRangeError, SegmentState
 from magnetar.storage import SegmentInfo as SegmentView
-from magnetar.storage.errors import CorruptionError  # a read met damaged data
+from magnetar.storage.errors import (
+    CorruptionError,  # a read met damaged data
+    SegmentChangedError,  # update_segment(expect=...) refused
+)
 from magnetar.tier import ValueSchema  # what types a topic's Iceberg table (ManagedLedger.offload)
 
 __all__ = [
@@ -18,6 +21,7 @@ __all__ = [
     "LedgerStorage",
     "ManagedLedger",
     "OffsetOutOfRangeError",
+    "SegmentChangedError",
     "SegmentState",
     "SegmentView",
     "ValueSchema",

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from magnetar.core.entries import Entry
 from magnetar.core.errors import MagnetarError
+from magnetar.core.futures import to_thread_to_the_end
 from magnetar.core.ids import MessageId
 from magnetar.ledger import offload_attempts as attempts
 from magnetar.ledger import table_commits
@@ -27,6 +28,7 @@ from magnetar.storage import (
     SegmentNotLocalError,
     SegmentState,
 )
+from magnetar.storage.errors import SegmentChangedError
 from magnetar.tier import IcebergCommitError, ObjectNotFoundError, Tier, ValueSchema, keys_of
 
 log = logging.getLogger(__name__)
@@ -63,7 +65,18 @@ class LedgerStorage(Protocol):
 
     async def find_in_segment(self, name: str, segment_id: int, ts: int) -> int | None: ...
 
-    async def update_segment(self, name: str, segment_id: int, **changes: Any) -> SegmentInfo: ...
+    async def update_segment(
+        self,
+        name: str,
+        segment_id: int,
+        *,
+        expect: Callable[[SegmentInfo], bool] | None = None,
+        **changes: Any,
+    ) -> SegmentInfo:
+        """Change a closed segment's record; durable on return. With ``expect``, only if the
+        record satisfies it (checked atomically with the change), else SegmentChangedError
+        and nothing changes."""
+        ...
 
     async def drop_local_copy(self, name: str, segment_id: int) -> None: ...
 
@@ -123,6 +136,7 @@ class ManagedLedger:
         # same factory opens on this partition, so a ledger reopened while an earlier one's
         # offload runs (a bundle unloaded and loaded here again) leaves that offload alone
         self._offloading: set[int] = set() if offloading is None else offloading
+        self._offload_tasks: set[asyncio.Task[Any]] = set()  # cancelled when unloaded
         self._compacting = asyncio.Lock()  # table compaction, and retention beside it
         # what a subscription does at a damaged entry: skip it, or wait there (Pulsar's
         # ManagedLedgerConfig.autoSkipNonRecoverableData); set by the broker
@@ -368,6 +382,9 @@ class ManagedLedger:
             raise NoObjectStoreError(f"{self.name} has no object store: set tier_url to offload")
         self._check_offloadable(segment_id)
         self._offloading.add(segment_id)
+        task = asyncio.current_task()
+        if task is not None:
+            self._offload_tasks.add(task)
         try:
             settled = await table_commits.settle_before_offload(self, self.tier, segment_id)
             if settled is not None:  # an earlier attempt's commit was found: done
@@ -375,6 +392,7 @@ class ManagedLedger:
             return await self._offload(self.tier, segment_id, value_schema)
         finally:
             self._offloading.discard(segment_id)
+            self._offload_tasks.discard(task)
 
     def _check_offloadable(self, segment_id: int) -> None:
         info = self._segment(segment_id)
@@ -398,17 +416,37 @@ class ManagedLedger:
         attempt = attempts.new_attempt()
         # Recorded before anything is uploaded: whatever this attempt leaves behind is
         # found again by its id (clean_abandoned), and nothing else is ever deleted.
-        recorded = [*attempts.attempts_of(info), attempt]
-        info = await self.storage.update_segment(
-            self.name, segment_id, state=SegmentState.OFFLOADING, offload={"attempts": recorded}
-        )
+        before = attempts.attempts_of(info)
+        recorded = [*before, attempt]
+        try:
+            info = await self.storage.update_segment(
+                self.name,
+                segment_id,
+                expect=lambda now: (
+                    now.state is SegmentState.CLOSED
+                    and now.local
+                    and attempts.attempts_of(now) == before
+                ),
+                state=SegmentState.OFFLOADING,
+                offload={"attempts": recorded},
+            )
+        except SegmentChangedError as e:
+            raise SegmentNotOffloadableError(f"{e}: not offloaded now") from e
+        # Every later change of the record is made only while this attempt still offloads
+        # the segment: a bundle handed to another broker and back meanwhile made its record
+        # another owner's, who reverted it and deleted this attempt's objects.
+        ours = attempts.offloading_by(attempt)
+        keys: list[str] = []
         try:
             entries = await self._entries_of(info)
             # With a table, the segment's objects are its data files (bytes written once).
             to_files = tier.iceberg.data_files(self.name, value_schema) if tier.iceberg else None
-            manifest, _ = await asyncio.to_thread(
+            # a cancelled offload (its topic unloaded) waits for the upload: the cleanup
+            # below must find every object it wrote
+            manifest, _ = await to_thread_to_the_end(
                 tier.offloader.offload_table, self.name, info, entries, attempt, to_files
             )
+            keys = manifest.keys
             details: dict[str, Any] = {
                 "attempts": recorded,
                 "key": manifest.object_key,
@@ -425,32 +463,93 @@ class ManagedLedger:
                     self, tier, info, attempt, manifest.keys, value_schema, details
                 )
             return await self.storage.update_segment(
-                self.name, segment_id, state=SegmentState.OFFLOADED, offload=details
+                self.name, segment_id, expect=ours, state=SegmentState.OFFLOADED, offload=details
             )
+        except SegmentChangedError as e:  # another owner took the segment's record over
+            await self._abandon_offload(info, recorded, keys)
+            raise SegmentNotOffloadableError(f"{e}: this offload of it is dropped") from e
         except BaseException:
-            await self._abandon_offload(segment_id, recorded)
+            await self._abandon_offload(info, recorded, keys)
             raise
 
-    async def _abandon_offload(self, segment_id: int, recorded: list[str]) -> None:
+    async def _abandon_offload(
+        self, started: SegmentInfo, recorded: list[str], keys: list[str]
+    ) -> None:
         """Back to CLOSED (the local copy is the truth again), then delete what the attempt
-        wrote. If the record cannot be written, recovery reverts it at the next start; if
-        the objects cannot be deleted, the attempt stays recorded for clean_abandoned. If the
-        Iceberg table cannot be checked, the record keeps its intent for the next open."""
-        if self.tier is not None and not await table_commits.undo(self, self.tier, segment_id):
+        (the last of ``recorded``; ``keys``: its objects, if known) wrote. If the record
+        cannot be written, recovery reverts it at the next start; if the objects cannot be
+        deleted, the attempt stays recorded for clean_abandoned. If the Iceberg table cannot
+        be checked, the record keeps its intent for the next open. A record that is no
+        longer this attempt's (another owner took the segment over) is left alone."""
+        segment_id, attempt = started.segment_id, recorded[-1]
+        ours = attempts.offloading_by(attempt)
+        try:
             info = self._segment(segment_id)
+        except MagnetarError as e:  # the partition left this broker: its next owner cleans up
+            log.warning("%s: offload of segment %s abandoned: %s", self.name, segment_id, e)
+            return
+        if info is None or not ours(info):
+            await self._drop_superseded(started, info, attempt, keys)
+            return
+        if self.tier is not None and not await table_commits.undo(self, self.tier, segment_id):
             with contextlib.suppress(MagnetarError):
                 await self.storage.update_segment(
-                    self.name, segment_id, state=SegmentState.CLOSED, offload=info and info.offload
+                    self.name,
+                    segment_id,
+                    expect=ours,
+                    state=SegmentState.CLOSED,
+                    offload=info.offload,
                 )
             return
         try:
             await self.storage.update_segment(
-                self.name, segment_id, state=SegmentState.CLOSED, offload={"attempts": recorded}
+                self.name,
+                segment_id,
+                expect=ours,
+                state=SegmentState.CLOSED,
+                offload={"attempts": recorded},
             )
         except MagnetarError as e:
             log.warning("cannot mark segment %s of %s CLOSED again: %s", segment_id, self.name, e)
             return
         await self._clean_segment(segment_id)
+
+    async def _drop_superseded(
+        self, started: SegmentInfo, info: SegmentInfo | None, attempt: str, keys: list[str]
+    ) -> None:
+        """An offload attempt that lost its segment's record to another owner meanwhile (the
+        bundle handed over and back, or the segment trimmed): that owner decides about the
+        segment, and nothing reads this attempt's objects unless the owner adopted its
+        commit (then the record is OFFLOADED from it). Otherwise they are deleted: out of
+        the table first, then the objects (by clean_abandoned's rules while the record
+        still lists the attempt, directly once it does not)."""
+        segment_id = started.segment_id
+        if info is not None and attempts.live_attempt(info, uploading=False) == attempt:
+            return
+        log.warning(
+            "%s: segment %s changed hands while offload attempt %s ran: its objects are dropped",
+            self.name,
+            segment_id,
+            attempt,
+        )
+        if self.tier is None:
+            return
+        await table_commits.remove_superseded(self, self.tier, started, attempt, keys)
+        if info is not None and attempt in attempts.attempts_of(info):
+            await self._clean_segment(segment_id)
+            return
+        try:
+            await asyncio.to_thread(
+                self.tier.offloader.delete_attempt, self.name, segment_id, attempt
+            )
+        except MagnetarError as e:
+            log.warning(
+                "objects of offload attempt %s of segment %s of %s stay: %s",
+                attempt,
+                segment_id,
+                self.name,
+                e,
+            )
 
     async def clean_abandoned(self) -> int:
         """Delete the objects of every abandoned offload attempt this ledger recorded (a
@@ -612,11 +711,20 @@ class ManagedLedger:
         return self.storage.segments(self.name)
 
     async def unload(self) -> None:
-        """This broker hands the partition over: its open segment is closed first."""
+        """This broker hands the partition over: its offloads in flight are cancelled and
+        awaited (each puts its segment back to CLOSED), then its open segment is closed."""
+        tasks = [t for t in self._offload_tasks if t is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         await self.storage.unload(self.name)
 
     def release(self) -> None:
-        """This broker stops writing the partition (it lost ownership); see LedgerStorage."""
+        """This broker stops writing the partition (it lost ownership); see LedgerStorage.
+        Its offloads in flight are cancelled: their segments are the next owner's to
+        recover."""
+        for task in self._offload_tasks:
+            task.cancel()
         self.storage.release(self.name)
 
     async def check(self, *, repair: bool = False) -> list[dict[str, Any]]:

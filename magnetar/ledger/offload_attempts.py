@@ -14,6 +14,7 @@ abandoned: a failed or cut-off upload whose objects may still be in the store.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from magnetar.storage import SegmentInfo, SegmentState
@@ -37,6 +38,17 @@ def live_attempt(info: SegmentInfo, uploading: bool) -> str | None:
     ):
         return attempts[-1]
     return None
+
+
+def offloading_by(attempt: str) -> Callable[[SegmentInfo], bool]:
+    """A check for ``update_segment(expect=...)``: the segment is still being offloaded by
+    ``attempt`` (OFFLOADING, and ``attempt`` the latest recorded). It fails once another
+    owner of the partition reverted the segment or started an attempt of its own."""
+
+    def check(info: SegmentInfo) -> bool:
+        return info.state is SegmentState.OFFLOADING and attempts_of(info)[-1:] == [attempt]
+
+    return check
 
 
 def abandoned(info: SegmentInfo, uploading: bool) -> list[str]:

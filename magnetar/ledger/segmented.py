@@ -304,8 +304,15 @@ class SegmentedStorage:
 
     # -- segment records ----------------------------------------------------------------
 
-    async def update_segment(self, name: str, segment_id: int, **changes: Any) -> SegmentInfo:
-        return await self.part(name).writer.update_segment(segment_id, **changes)
+    async def update_segment(
+        self,
+        name: str,
+        segment_id: int,
+        *,
+        expect: Callable[[SegmentInfo], bool] | None = None,
+        **changes: Any,
+    ) -> SegmentInfo:
+        return await self.part(name).writer.update_segment(segment_id, expect=expect, **changes)
 
     async def drop_local_copy(self, name: str, segment_id: int) -> None:
         """Delete an OFFLOADED segment's entries from storage; its reads go to the tier."""

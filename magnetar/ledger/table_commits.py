@@ -27,6 +27,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
+from magnetar.core.futures import to_thread_to_the_end
 from magnetar.ledger import offload_attempts as attempts
 from magnetar.storage import SegmentInfo, SegmentState
 from magnetar.tier import (
@@ -81,23 +82,60 @@ async def commit(
 ) -> dict[str, Any]:
     """Steps 2–3 for a segment whose objects ``keys`` (its data files, written with
     ``tier.iceberg.data_files``) are verified; returns the ``offload["iceberg"]`` record of
-    step 4. On failure the caller abandons the attempt (:func:`undo` first)."""
+    step 4. The intent is recorded only while ``attempt`` still offloads the segment
+    (SegmentChangedError otherwise: another owner took it over). On failure the caller
+    abandons the attempt (:func:`undo` first)."""
     assert tier.iceberg is not None
     schema = table_schema(value_schema, tier_columns=True)
     await asyncio.to_thread(tier.iceberg.ensure_table, ledger.name, schema)
     intent = {"attempt": attempt, "files": keys, "committed": False}
     await ledger.storage.update_segment(
-        ledger.name, info.segment_id, offload={**details, "iceberg": intent}
+        ledger.name,
+        info.segment_id,
+        expect=attempts.offloading_by(attempt),
+        offload={**details, "iceberg": intent},
     )
-    files = files_of(ledger.name, dataclasses.replace(info, offload={"iceberg": intent}))
-    assert files is not None
-    snapshot = await asyncio.to_thread(tier.iceberg.commit, files)
+    files = attempt_files(ledger.name, info, attempt, keys)
+    # a cancelled offload waits for its commit: the undo that follows must see it
+    snapshot = await to_thread_to_the_end(tier.iceberg.commit, files)
     return {
         **intent,
         "committed": True,
         "snapshot": snapshot,
         "table": ".".join(identifier(ledger.name)),
     }
+
+
+def attempt_files(partition: str, info: SegmentInfo, attempt: str, keys: list[str]) -> SegmentFiles:
+    """The data files ``keys`` one offload ``attempt`` of segment ``info`` wrote."""
+    intent = {"attempt": attempt, "files": keys, "committed": False}
+    files = files_of(partition, dataclasses.replace(info, offload={"iceberg": intent}))
+    assert files is not None
+    return files
+
+
+async def remove_superseded(
+    ledger: ManagedLedger, tier: Tier, info: SegmentInfo, attempt: str, keys: list[str]
+) -> None:
+    """Take out of the table the files of an attempt that lost its segment to another
+    owner (a handover while it ran). That owner settled the segment without them, so a
+    commit of theirs that landed late must go, or the table would reference files the
+    owner deletes (and hold the offsets twice once the segment is offloaded again). Files
+    not in the table are skipped; a catalog that cannot be reached is logged."""
+    if tier.iceberg is None or not keys:
+        return
+    try:
+        await asyncio.to_thread(
+            tier.iceberg.remove, [attempt_files(ledger.name, info, attempt, keys)], "abandon"
+        )
+    except Exception as e:  # the catalog's own errors are not MagnetarErrors
+        log.error(
+            "%s: segment %s's superseded offload attempt %s may still be in the table: %s",
+            ledger.name,
+            info.segment_id,
+            attempt,
+            e,
+        )
 
 
 async def undo(ledger: ManagedLedger, tier: Tier, segment_id: int) -> bool:

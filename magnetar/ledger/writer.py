@@ -35,7 +35,7 @@ from magnetar.meta import MetadataStore
 from magnetar.meta.counters import reserve_block
 from magnetar.meta.errors import BadVersionError, NodeExistsError
 from magnetar.storage import SegmentInfo, SegmentState
-from magnetar.storage.errors import FencedError, StorageError
+from magnetar.storage.errors import FencedError, SegmentChangedError, StorageError
 from magnetar.storage.index import NO_TIME
 from magnetar.storage.records import check_header_fields
 
@@ -486,12 +486,25 @@ class SegmentWriter:
                 return r
         raise StorageError(f"no segment {segment_id} in {self.name}")
 
-    async def update_segment(self, segment_id: int, **changes: Any) -> SegmentInfo:
-        """Change a closed segment's record (state, offload details); durable on return."""
+    async def update_segment(
+        self,
+        segment_id: int,
+        *,
+        expect: Callable[[SegmentInfo], bool] | None = None,
+        **changes: Any,
+    ) -> SegmentInfo:
+        """Change a closed segment's record (state, offload details); durable on return.
+        With ``expect``, only if the record satisfies it (checked under the list's lock),
+        else SegmentChangedError and nothing changes."""
         async with self.lock:
             record = self.record_of(segment_id)
             if record.info.state is SegmentState.OPEN:
                 raise StorageError(f"segment {segment_id} of {self.name} is still open")
+            if expect is not None and not expect(record.info):
+                raise SegmentChangedError(
+                    f"segment {segment_id} of {self.name} changed meanwhile "
+                    f"({record.info.state.value}): its record is left as it is"
+                )
             changed = dataclasses.replace(record.info, **changes)
             await self._save(self.records, infos={segment_id: changed})
             record.info = changed

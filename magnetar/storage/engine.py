@@ -39,6 +39,7 @@ from magnetar.storage.config import StorageSettings
 from magnetar.storage.errors import (
     DiskFullError,
     PartitionNotFoundError,
+    SegmentChangedError,
     StorageError,
     WriteFailedError,
 )
@@ -241,13 +242,23 @@ class StorageEngine:
             await asyncio.get_running_loop().run_in_executor(self._writer, _unlink_segments, doomed)
             return [dataclasses.replace(s.info, state=SegmentState.DELETED) for s in doomed]
 
-    async def update_segment(self, name: str, segment_id: int, **changes: Any) -> SegmentInfo:
-        """Change a closed segment's record (state, offload details); durable on return."""
+    async def update_segment(
+        self,
+        name: str,
+        segment_id: int,
+        *,
+        expect: Callable[[SegmentInfo], bool] | None = None,
+        **changes: Any,
+    ) -> SegmentInfo:
+        """Change a closed segment's record (state, offload details); durable on return.
+        With ``expect``, only if the record satisfies it, else SegmentChangedError."""
         part = self._part(name)
         async with self._io_lock:
             seg = _find(part, segment_id)
             if seg.info.state is SegmentState.OPEN:
                 raise StorageError(f"segment {segment_id} of {name} is still open")
+            if expect is not None and not expect(seg.info):
+                raise SegmentChangedError(f"segment {segment_id} of {name} changed meanwhile")
             await self._save_changed(seg, **changes)
             return dataclasses.replace(seg.info)
 

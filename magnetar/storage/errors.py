@@ -20,6 +20,15 @@ class FencedError(StorageError):
     code = "storage.fenced"
 
 
+class SegmentChangedError(StorageError):
+    """A conditional change of a segment's record was refused: the record is no longer what
+    the caller expected (another owner of the partition changed it meanwhile). Nothing was
+    written; the record's current owner decides what happens to the segment."""
+
+    code = "storage.segment_changed"
+    http_status = 409
+
+
 class CorruptionError(StorageError):
     """Stored bytes fail their checksum or structure inside the acknowledged range.
 

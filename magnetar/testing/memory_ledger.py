@@ -16,13 +16,20 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from magnetar.core.clock import SYSTEM_CLOCK, Clock
 from magnetar.core.entries import Entry
 from magnetar.core.formats import PULSAR
-from magnetar.ledger import CorruptionError, ManagedLedger, OffsetOutOfRangeError, SegmentState
+from magnetar.ledger import (
+    CorruptionError,
+    ManagedLedger,
+    OffsetOutOfRangeError,
+    SegmentChangedError,
+    SegmentState,
+)
 from magnetar.ledger import SegmentView as SegmentInfo
 from magnetar.protocols.pulsar._proto import pulsar_api_pb2 as pb
 
@@ -205,9 +212,18 @@ class MemoryStorage:
             None,
         )
 
-    async def update_segment(self, name: str, segment_id: int, **changes: Any) -> SegmentInfo:
+    async def update_segment(
+        self,
+        name: str,
+        segment_id: int,
+        *,
+        expect: Callable[[SegmentInfo], bool] | None = None,
+        **changes: Any,
+    ) -> SegmentInfo:
         part = self._part(name)
         i = next(i for i, s in enumerate(part.segments) if s.segment_id == segment_id)
+        if expect is not None and not expect(part.segments[i]):
+            raise SegmentChangedError(f"segment {segment_id} of {name} changed meanwhile")
         part.segments[i] = dataclasses.replace(part.segments[i], **changes)
         return dataclasses.replace(part.segments[i])
 

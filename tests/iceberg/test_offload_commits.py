@@ -4,15 +4,18 @@ by schema evolution; consumers still read the offloaded history byte for byte.""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 from pathlib import Path
 
 import polars as pl
 import pytest
 
-from magnetar.ledger import ManagedLedger
+from magnetar.ledger import LedgerFactory, ManagedLedger
+from magnetar.ledger.errors import SegmentNotOffloadableError
 from magnetar.storage import SegmentState
-from magnetar.tier import LocalObjectStore, S3ObjectStore
+from magnetar.tier import IcebergCommitError, LocalObjectStore, S3ObjectStore
 from tests.iceberg.conftest import OpenIcebergRig
 from tests.iceberg.rig import (
     ORDER_V1,
@@ -314,3 +317,89 @@ async def test_deleting_the_topic_empties_its_table_first(open_iceberg_rig: Open
     assert snap.summary["magnetar.operation"] == "delete"
     assert table.scan().to_arrow().num_rows == 0
     assert [k for k in rig.tier.store.list() if not k.startswith("iceberg/")] == []
+
+
+async def test_a_commit_landing_after_two_handovers_is_taken_out_of_the_table(
+    open_iceberg_rig: OpenIcebergRig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Broker A's offload recorded its intent and is about to commit when its bundle goes to
+    B (whose open finds nothing in the table, drops the intent and deletes the attempt's
+    files) and back to A. A's commit then fails on the missing files (had it landed, the
+    attempt's refused last step would take its files out of the table again). Either way
+    the table keeps no file that is gone, the segment is CLOSED and local under its owner,
+    and the next offload adds the segment's offsets once."""
+    rig = await open_iceberg_rig()
+    await append_orders(rig.ledger, 0, 20, batch=1)
+    seg = rig.closed()[0]
+    real = rig.tables.commit
+    committing, go_on = threading.Event(), threading.Event()
+
+    def commit_later(files):  # type: ignore[no-untyped-def]
+        committing.set()
+        go_on.wait(30)
+        return real(files)
+
+    monkeypatch.setattr(rig.tables, "commit", commit_later)
+    broker_a, broker_b = LedgerFactory(rig.engine, rig.tier), LedgerFactory(rig.engine, rig.tier)
+    first = await broker_a.open(rig.ledger.name)
+    offloading = asyncio.create_task(first.offload(seg.segment_id))
+    try:
+        assert await asyncio.to_thread(committing.wait, 30)
+        await rig.engine.unload(rig.ledger.name)
+        monkeypatch.setattr(rig.tables, "commit", real)  # B's open commits nothing anyway
+        await broker_b.open(rig.ledger.name)
+        await rig.engine.unload(rig.ledger.name)
+        again = await broker_a.open(rig.ledger.name)
+    finally:
+        go_on.set()
+        with pytest.raises((IcebergCommitError, SegmentNotOffloadableError)):
+            await offloading
+    assert data_files(rig.tables) == []
+    info = next(s for s in again.segments() if s.segment_id == seg.segment_id)
+    assert info.state is SegmentState.CLOSED and info.local
+    await again.offload(seg.segment_id)
+    rows = read_table(rig.tables)
+    assert rows.column("__offset").to_pylist() == list(range(seg.first_offset, seg.end_offset))
+
+
+async def test_a_commit_that_landed_before_two_handovers_is_adopted_not_dropped(
+    open_iceberg_rig: OpenIcebergRig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Broker A's commit lands, then its bundle goes to B and back before A marks the
+    segment OFFLOADED. B's open finds the commit in the table and marks the segment
+    OFFLOADED from A's attempt; A's own last step is refused, and A must not delete the
+    files B adopted: the rows stay in the table once and the messages read back."""
+    rig = await open_iceberg_rig()
+    await append_orders(rig.ledger, 0, 20, batch=1)
+    local = await read_all(rig.ledger)
+    seg = rig.closed()[0]
+    real = rig.tables.commit
+    committed, go_on = threading.Event(), threading.Event()
+
+    def commit_then_wait(files):  # type: ignore[no-untyped-def]
+        snapshot = real(files)
+        committed.set()
+        go_on.wait(30)
+        return snapshot
+
+    monkeypatch.setattr(rig.tables, "commit", commit_then_wait)
+    broker_a, broker_b = LedgerFactory(rig.engine, rig.tier), LedgerFactory(rig.engine, rig.tier)
+    first = await broker_a.open(rig.ledger.name)
+    offloading = asyncio.create_task(first.offload(seg.segment_id))
+    try:
+        assert await asyncio.to_thread(committed.wait, 30)
+        await rig.engine.unload(rig.ledger.name)
+        monkeypatch.setattr(rig.tables, "commit", real)
+        await broker_b.open(rig.ledger.name)
+        await rig.engine.unload(rig.ledger.name)
+        again = await broker_a.open(rig.ledger.name)
+    finally:
+        go_on.set()
+        with pytest.raises(SegmentNotOffloadableError, match="changed meanwhile"):
+            await offloading
+    info = next(s for s in again.segments() if s.segment_id == seg.segment_id)
+    assert info.state is SegmentState.OFFLOADED
+    rows = read_table(rig.tables)
+    assert rows.column("__offset").to_pylist() == list(range(seg.first_offset, seg.end_offset))
+    await again.drop_local_copy(seg.segment_id)
+    assert messages(await read_all(again)) == messages(local)

@@ -360,3 +360,81 @@ async def test_a_ledger_reopened_while_its_offload_runs_leaves_that_offload_be(
     await again.drop_local_copy(sid)
     assert not next(s for s in again.segments() if s.segment_id == sid).local
     assert messages(await read_all(again)) == messages(local) == expected_messages(23)
+
+
+def blocked_after_upload(rig: Rig) -> tuple[threading.Event, threading.Event]:
+    """Make the rig's uploads stop once their objects are written and verified (the
+    segment's record not yet OFFLOADED) until the second event is set; the first tells
+    an upload got there."""
+    written, go_on = threading.Event(), threading.Event()
+    offload_table = rig.tier.offloader.offload_table
+
+    def uploaded_then_wait(*args: Any) -> Any:
+        out = offload_table(*args)
+        written.set()
+        go_on.wait(30)
+        return out
+
+    rig.tier.offloader.offload_table = uploaded_then_wait  # type: ignore[method-assign]
+    return written, go_on
+
+
+async def test_an_offload_outlived_by_two_handovers_leaves_the_new_owners_record_be(
+    open_rig: OpenRig,
+) -> None:
+    """Broker A offloads a segment; its bundle goes to broker B (which reverts the cut
+    offload and deletes its objects) and comes back to A, all while A's first offload still
+    runs. When that offload ends it must not mark the segment OFFLOADED: its objects are
+    gone. The record's owner refuses the change (it is no longer that attempt's), the
+    attempt drops what it wrote, and the segment stays CLOSED and local, then offloads
+    afresh; every message reads back from the object store."""
+    rig = await open_rig()
+    await append_mixed(rig.ledger, 23)
+    local = await read_all(rig.ledger)
+    broker_a, broker_b = LedgerFactory(rig.engine, rig.tier), LedgerFactory(rig.engine, rig.tier)
+    first = await broker_a.open(PARTITION)
+    sid = rig.in_state(SegmentState.CLOSED)[0].segment_id
+    written, go_on = blocked_after_upload(rig)
+    offloading = asyncio.create_task(first.offload(sid))
+    try:
+        assert await asyncio.to_thread(written.wait, 30)
+        await rig.engine.unload(PARTITION)  # A hands the bundle over without waiting
+        on_b = await broker_b.open(PARTITION)
+        reverted = next(s for s in on_b.segments() if s.segment_id == sid)
+        assert reverted.state is SegmentState.CLOSED and "attempts" not in (reverted.offload or {})
+        await rig.engine.unload(PARTITION)  # and it comes back to A
+        again = await broker_a.open(PARTITION)
+    finally:
+        go_on.set()
+        with pytest.raises(SegmentNotOffloadableError, match="changed meanwhile"):
+            await offloading
+    info = next(s for s in again.segments() if s.segment_id == sid)
+    assert info.state is SegmentState.CLOSED and info.local
+    assert rig.tier.store.list() == []  # the superseded attempt's objects are gone too
+    rig.tier.offloader.offload_table = type(rig.tier.offloader).offload_table.__get__(  # type: ignore[method-assign]
+        rig.tier.offloader
+    )
+    assert (await again.offload(sid)).state is SegmentState.OFFLOADED
+    await again.drop_local_copy(sid)
+    assert messages(await read_all(again)) == messages(local) == expected_messages(23)
+
+
+async def test_unloading_a_ledger_cancels_its_offload_and_puts_the_segment_back(
+    open_rig: OpenRig,
+) -> None:
+    """A graceful unload does not leave an offload running under the next owner: it cancels
+    it and waits for it (the upload thread included), so the segment is CLOSED with no
+    object left behind before the bundle is released."""
+    rig = await open_rig()
+    await append_mixed(rig.ledger, 23)
+    sid = rig.in_state(SegmentState.CLOSED)[0].segment_id
+    written, go_on = blocked_after_upload(rig)
+    offloading = asyncio.create_task(rig.ledger.offload(sid))
+    assert await asyncio.to_thread(written.wait, 30)
+    threading.Timer(0.2, go_on.set).start()  # the upload ends after the cancel
+    await rig.ledger.unload()
+    assert offloading.cancelled()
+    reopened = await LedgerFactory(rig.engine, rig.tier).open(PARTITION)
+    info = next(s for s in reopened.segments() if s.segment_id == sid)
+    assert info.state is SegmentState.CLOSED and info.local
+    assert rig.tier.store.list() == []
