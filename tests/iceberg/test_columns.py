@@ -80,3 +80,14 @@ def test_rows_are_cut_by_utc_day() -> None:
         (1, [1]),
         (2, [2]),
     ]
+
+
+def test_a_value_holding_two_objects_never_shifts_the_typed_rows() -> None:
+    """Arrow's reader makes a row per object, not per line: a value holding two objects
+    next to an empty value would give as many rows as values, each typed from its
+    neighbour's object. Such a block goes row by row, where neither value fits."""
+    two = json.dumps(order(0)) + json.dumps(order(1))
+    split = [json.dumps(order(2))[:-1], "}" + json.dumps(order(3))]  # an object cut in two
+    for values in ([two.encode(), b""], [s.encode() for s in split]):
+        rows = to_table_rows(layout([*values, json.dumps(order(4)).encode()]), 0, JSON_SCHEMA)
+        assert rows.column("id").to_pylist() == [None, None, 4]

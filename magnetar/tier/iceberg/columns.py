@@ -71,6 +71,7 @@ TIER_COLUMNS = [
 RECORD_SCHEMAS = ("JSON", "AVRO")
 DAY_MICROS = 86_400_000_000
 _NEWLINE = 0x0A
+_OPEN, _CLOSE = ord("{"), ord("}")
 _JSON_BLOCK = 4 << 20  # Arrow parses blocks of this many bytes on its threads
 
 
@@ -160,7 +161,7 @@ def _decode_json_block(values: pa.ChunkedArray, record: pa.StructType) -> pa.Str
     that cannot be exact: a null value, a newline inside a value, or any value that is not
     an object fitting ``record`` — the per-row path then decides row by row."""
     array = values.combine_chunks()
-    if len(array) == 0 or array.null_count:
+    if len(array) == 0 or array.null_count or not _one_object_each(array):
         return None
     one_list = pa.ListArray.from_arrays(pa.array([0, len(array)], pa.int32()), array)
     data = pc.binary_join(one_list, pa.scalar(b"\n"))[0].as_buffer()
@@ -181,6 +182,24 @@ def _decode_json_block(values: pa.ChunkedArray, record: pa.StructType) -> pa.Str
         return None
     columns = [table.column(f.name).combine_chunks() for f in record]
     return pa.StructArray.from_arrays(columns, fields=list(record))
+
+
+def _one_object_each(array: pa.Array) -> bool:
+    """True when every value starts with ``{`` and ends with ``}``. Arrow's reader makes a row
+    per object, not per line; joined by newlines (which no JSON string holds), such values
+    meet only at the top level (``}`` then ``{`` is valid nowhere else), so each is one or
+    more whole objects, and as many rows as values means exactly one object each. Without
+    this, a value of two objects beside an empty one would shift every later typed row."""
+    width = np.int64 if pa.types.is_large_binary(array.type) else np.int32
+    _, offsets_buf, data_buf = array.buffers()
+    if data_buf is None or data_buf.size == 0:
+        return False  # every value empty
+    offsets = np.frombuffer(offsets_buf, width)[array.offset : array.offset + len(array) + 1]
+    data = np.frombuffer(data_buf, np.uint8)
+    starts, ends = offsets[:-1].astype(np.int64), offsets[1:].astype(np.int64)
+    if bool((ends <= starts).any()):
+        return False  # an empty value
+    return bool((data[starts] == _OPEN).all() and (data[ends - 1] == _CLOSE).all())
 
 
 def _decode_avro(
