@@ -443,7 +443,7 @@ class ManagedLedger:
             to_files = tier.iceberg.data_files(self.name, value_schema) if tier.iceberg else None
             # a cancelled offload (its topic unloaded) waits for the upload: the cleanup
             # below must find every object it wrote
-            manifest, _ = await to_thread_to_the_end(
+            manifest = await to_thread_to_the_end(
                 tier.offloader.offload_table, self.name, info, entries, attempt, to_files
             )
             keys = manifest.keys

@@ -27,7 +27,8 @@ import io
 import itertools
 import json
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -40,7 +41,8 @@ from magnetar.tier.errors import OffloadVerificationError
 from magnetar.tier.object_store import ObjectStore
 from magnetar.tier.parquet import entries_to_table, entry_boundaries
 
-# The rows of a segment (tier layout) → the data files to write instead: (name, rows) each
+# Rows of a segment (tier layout, a piece of it at a time) → the data files' rows instead:
+# (stem, rows) each, in offset order; consecutive pieces with one stem go to one file
 ToFiles = Callable[[pa.Table], list[tuple[str, pa.Table]]]
 
 MANIFEST_SUFFIX = ".manifest.json"
@@ -117,8 +119,8 @@ class Offloader:
     def offload(
         self, partition: str, info: SegmentInfo, entries: Iterable[Entry], attempt: str
     ) -> Manifest:
-        """:meth:`offload_table` without the rows."""
-        return self.offload_table(partition, info, entries, attempt)[0]
+        """:meth:`offload_table` into the tier's own layout (one ``data.parquet``)."""
+        return self.offload_table(partition, info, entries, attempt)
 
     def offload_table(
         self,
@@ -127,11 +129,15 @@ class Offloader:
         entries: Iterable[Entry],
         attempt: str,
         to_files: ToFiles | None = None,
-    ) -> tuple[Manifest, pa.Table]:
+    ) -> Manifest:
         """Write, read back and verify under ``attempt``'s prefix; returns the manifest
-        (already stored) and the segment's rows in the tier layout. With ``to_files`` the
-        objects are the files it makes of the rows (Iceberg data files, layout 2) instead of
-        one ``data.parquet``.
+        (already stored). With ``to_files`` the objects are the files it makes of the rows
+        (Iceberg data files, layout 2) instead of one ``data.parquet``.
+
+        The segment goes in pieces of about ``row_group_rows`` messages (never splitting an
+        entry), each a row group: a piece is written on a second thread while the next is
+        unpacked and decoded, so the two overlap on two cores and only a piece's rows are
+        held at a time.
 
         When this returns, the object and its manifest are durable in the store and the
         object was read back whole (checksum and row count match). When it raises
@@ -139,25 +145,36 @@ class Offloader:
         the object may or may not be there: the caller must not mark the segment OFFLOADED.
         """
         entries = list(entries)
-        table = entries_to_table(entries)
-        held = info.end_offset - info.first_offset
-        if table.num_rows != held or (
-            held and table.column("offset")[0].as_py() != info.first_offset
+        key = object_key(partition, info.segment_id, attempt)
+        prefix = attempt_prefix(partition, info.segment_id, attempt)
+        files = _Files(key if to_files is None else None, prefix)
+        make_parts: ToFiles = to_files or _one_file
+        rows, first = 0, None
+        with (
+            ThreadPoolExecutor(1, thread_name_prefix="offload-decode") as decoder,
+            ThreadPoolExecutor(1, thread_name_prefix="offload-write") as writer,
         ):
+            writing: list[Future[None]] = []
+            for piece in _pieces(entries, self.row_group_rows):
+                table = entries_to_table(piece)
+                if first is None and table.num_rows:
+                    first = table.column("offset")[0].as_py()
+                rows += table.num_rows
+                parts = decoder.submit(make_parts, table)
+                writing.append(writer.submit(_write_when_made, files, parts))
+                if len(writing) > 2:  # at most two pieces ahead of the writer
+                    writing.pop(0).result()
+            for done in writing:
+                done.result()
+        held = info.end_offset - info.first_offset
+        if rows != held or (held and first != info.first_offset):
             raise OffloadVerificationError(
                 f"segment {info.segment_id} of {partition} holds offsets {info.first_offset}.."
-                f"{info.last_offset} but {table.num_rows} messages were read from it"
+                f"{info.last_offset} but {rows} messages were read from it"
             )
-        key = object_key(partition, info.segment_id, attempt)
-        if to_files is None:
-            parts = [(key, table)]
-        else:
-            prefix = attempt_prefix(partition, info.segment_id, attempt)
-            parts = [(f"{prefix}/{name}", rows) for name, rows in to_files(table)]
-        written = [(k, self._parquet(rows)) for k, rows in parts]
+        written = files.close()
         objects = [
-            {"key": k, "rows": rows.num_rows, "size": len(data), "sha256": _sha(data)}
-            for (k, rows), (_, data) in zip(parts, written, strict=True)
+            {"key": k, "rows": n, "size": len(data), "sha256": _sha(data)} for k, n, data in written
         ]
         manifest = Manifest(
             segment_id=info.segment_id,
@@ -167,23 +184,23 @@ class Offloader:
             last_offset=info.last_offset,
             first_publish_time=info.first_publish_time,
             last_publish_time=info.max_publish_time,
-            row_count=table.num_rows,
+            row_count=rows,
             entry_count=len(entries),
-            size=sum(len(data) for _, data in written),
+            size=sum(len(data) for _, _, data in written),
             sha256=str(objects[0]["sha256"]),
             offloaded_ms=int(time.time() * 1000),
             objects=objects if to_files is not None else [],
         )
-        if sum(o["rows"] for o in objects) != table.num_rows:
+        if sum(n for _, n, _ in written) != rows:
             raise OffloadVerificationError(
                 f"segment {info.segment_id} of {partition}: the data files hold "
-                f"{sum(o['rows'] for o in objects)} rows, the segment {table.num_rows}"
+                f"{sum(n for _, n, _ in written)} rows, the segment {rows}"
             )
-        for k, data in written:
+        for k, _, data in written:
             self.store.put(k, data)
         self.verify(manifest)
         self.store.put(manifest_key(key), manifest.to_bytes())
-        return manifest, table
+        return manifest
 
     def _parquet(self, table: pa.Table) -> bytes:
         """Row groups of about ``row_group_rows`` rows, never splitting an entry."""
@@ -242,6 +259,75 @@ class Offloader:
         """Delete everything ``attempt`` wrote, finished or not (missing is fine)."""
         for key in self.store.list(attempt_prefix(partition, segment_id, attempt)):
             self.store.delete(key)
+
+
+def _one_file(table: pa.Table) -> list[tuple[str, pa.Table]]:
+    return [("", table)]
+
+
+def _pieces(entries: list[Entry], target_rows: int) -> Iterator[list[Entry]]:
+    """``entries`` in runs of about ``target_rows`` messages: a run ends at the first entry
+    end at or past it (the row groups ``entry_boundaries`` makes). One empty run when there
+    are no entries, so an empty segment still gets its object."""
+    start, rows = 0, 0
+    for i, entry in enumerate(entries):
+        if rows >= target_rows:
+            yield entries[start:i]
+            start, rows = i, 0
+        rows += entry.count
+    if start < len(entries) or not entries:
+        yield entries[start:]
+
+
+def _write_when_made(files: _Files, parts: Future[list[tuple[str, pa.Table]]]) -> None:
+    files.write(parts.result())
+
+
+class _Files:
+    """The Parquet files an offload writes, each a run of row groups in offset order.
+    ``single``: every piece goes to that one key (the tier's own layout); otherwise a piece
+    named ``stem`` goes to ``<prefix>/<stem>-<n>.parquet``, a new file (n + 1) each time the
+    stem differs from the last piece's."""
+
+    def __init__(self, single: str | None, prefix: str) -> None:
+        self.single, self.prefix = single, prefix
+        self.done: list[tuple[str, int, bytes]] = []  # key, rows, bytes
+        self.stem: str | None = None
+        self.key, self.rows = "", 0
+        self.sink: io.BytesIO | None = None
+        self.out: pq.ParquetWriter | None = None
+
+    def write(self, parts: list[tuple[str, pa.Table]]) -> None:
+        for stem, rows in parts:
+            if self.out is None or stem != self.stem:
+                self._finish()
+                self.stem = stem
+                n = len(self.done)
+                self.key = self.single or f"{self.prefix}/{stem}-{n}.parquet"
+                self.sink, self.rows = io.BytesIO(), 0
+                self.out = pq.ParquetWriter(
+                    self.sink,
+                    rows.schema,
+                    compression="zstd",
+                    write_statistics=True,
+                    use_dictionary=_dictionary_columns(rows.schema),
+                    sorting_columns=[pq.SortingColumn(0)],  # rows are in offset order: say so
+                )
+            if not rows.schema.equals(self.out.schema):  # pieces read by different paths
+                rows = rows.cast(self.out.schema)
+            if self.single is not None or rows.num_rows:
+                self.out.write_table(rows, row_group_size=max(rows.num_rows, 1))
+                self.rows += rows.num_rows
+
+    def _finish(self) -> None:
+        if self.out is not None and self.sink is not None:
+            self.out.close()
+            self.done.append((self.key, self.rows, self.sink.getvalue()))
+        self.out, self.sink = None, None
+
+    def close(self) -> list[tuple[str, int, bytes]]:
+        self._finish()
+        return self.done
 
 
 def _sha(data: bytes) -> str:

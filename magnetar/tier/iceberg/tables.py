@@ -169,10 +169,7 @@ class IcebergTables:
 
         def to_files(layout: pa.Table) -> list[tuple[str, pa.Table]]:
             rows = to_table_rows(layout, index, value_schema, tier_columns=True)
-            return [
-                (f"iceberg-{day:06d}-{n}.parquet", part)
-                for n, (day, part) in enumerate(split_runs(rows))
-            ]
+            return [(f"iceberg-{day:06d}", part) for day, part in split_runs(rows)]
 
         return to_files
 
