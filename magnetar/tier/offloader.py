@@ -155,15 +155,16 @@ class Offloader:
             ThreadPoolExecutor(1, thread_name_prefix="offload-write") as writer,
         ):
             writing: list[Future[None]] = []
-            for piece in _pieces(entries, self.row_group_rows):
-                table = entries_to_table(piece)
+            for chunk in _chunks(_pieces(entries, self.row_group_rows)):
+                table = entries_to_table([entry for piece in chunk for entry in piece])
                 if first is None and table.num_rows:
                     first = table.column("offset")[0].as_py()
                 rows += table.num_rows
-                parts = decoder.submit(make_parts, table)
-                writing.append(writer.submit(_write_when_made, files, parts))
-                if len(writing) > 2:  # at most two pieces ahead of the writer
-                    writing.pop(0).result()
+                for rows_of_piece in _cut(table, chunk):
+                    parts = decoder.submit(make_parts, rows_of_piece)
+                    writing.append(writer.submit(_write_when_made, files, parts))
+                    if len(writing) > 2:  # at most two pieces ahead of the writer
+                        writing.pop(0).result()
             for done in writing:
                 done.result()
         held = info.end_offset - info.first_offset
@@ -261,6 +262,11 @@ class Offloader:
             self.store.delete(key)
 
 
+# Entries unpacked at once at least (a chunk of pieces): Pulsar's batches are split together
+# with numpy from 100 batches on (batch_arrays.MIN_BATCHES), one by one in Python below
+_UNPACK_ENTRIES = 256
+
+
 def _one_file(table: pa.Table) -> list[tuple[str, pa.Table]]:
     return [("", table)]
 
@@ -281,6 +287,33 @@ def _pieces(entries: list[Entry], target_rows: int) -> Iterator[list[Entry]]:
 
 def _write_when_made(files: _Files, parts: Future[list[tuple[str, pa.Table]]]) -> None:
     files.write(parts.result())
+
+
+def _chunks(pieces: Iterator[list[Entry]]) -> Iterator[list[list[Entry]]]:
+    """Consecutive pieces unpacked together, at least :data:`_UNPACK_ENTRIES` entries a
+    chunk (but the last): a codec splits many batches at once far faster than a few."""
+    chunk: list[list[Entry]] = []
+    held = 0
+    for piece in pieces:
+        chunk.append(piece)
+        held += len(piece)
+        if held >= _UNPACK_ENTRIES:
+            yield chunk
+            chunk, held = [], 0
+    if chunk:
+        yield chunk
+
+
+def _cut(table: pa.Table, chunk: list[list[Entry]]) -> list[pa.Table]:
+    """The rows of ``chunk`` (its pieces' entries, unpacked) cut back into its pieces."""
+    sizes = [sum(entry.count for entry in piece) for piece in chunk]
+    if sum(sizes) != table.num_rows:
+        return [table]  # the offload's own row check reports it
+    out, at = [], 0
+    for size in sizes:
+        out.append(table.slice(at, size))
+        at += size
+    return out
 
 
 class _Files:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import json
 import threading
 from pathlib import Path
@@ -14,27 +15,32 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from magnetar.core import formats
 from magnetar.core.entries import Entry
 from magnetar.ledger import LedgerFactory
 from magnetar.ledger.errors import SegmentNotOffloadableError
-from magnetar.storage import OffsetOutOfRangeError, SegmentState
+from magnetar.storage import OffsetOutOfRangeError, SegmentInfo, SegmentState
 from magnetar.storage.partition import PartitionLog
 from magnetar.testing.faults import FaultyObjectStore
 from magnetar.tier import (
     LocalObjectStore,
+    Offloader,
     OffloadVerificationError,
     UnsupportedEntryFormatError,
     key_of,
     manifest_key,
 )
+from magnetar.tier.parquet import entries_to_table, entry_boundaries
 from tests.tier.rig import (
     PARTITION,
     OpenRig,
     Rig,
     append_mixed,
+    batch_size,
     expected_messages,
     messages,
     publish_time,
+    pulsar_entry,
     read_all,
     reopen,
 )
@@ -438,3 +444,36 @@ async def test_unloading_a_ledger_cancels_its_offload_and_puts_the_segment_back(
     info = next(s for s in reopened.segments() if s.segment_id == sid)
     assert info.state is SegmentState.CLOSED and info.local
     assert rig.tier.store.list() == []
+
+
+def test_a_segment_offloaded_in_pieces_is_the_file_one_pass_would_write(tmp_path: Path) -> None:
+    """The offloader unpacks a segment in chunks of pieces and writes each piece on another
+    thread while the next is read: more entries than one chunk holds (mixed single messages
+    and batches) give exactly the rows of unpacking them all at once, in row groups cut where
+    ``entry_boundaries`` cuts the whole segment's rows."""
+    entries, offset = [], 0
+    for i in range(700):  # beyond one chunk of entries
+        size = batch_size(i)
+        count = max(size, 1)
+        entries.append(
+            Entry(offset, count, publish_time(i), -1, formats.PULSAR, pulsar_entry(i, size))
+        )
+        offset += count
+    info = SegmentInfo(
+        7,
+        0,
+        SegmentState.CLOSED,
+        0,
+        offset,
+        entries=len(entries),
+        first_publish_time=publish_time(0),
+        max_publish_time=publish_time(699),
+    )
+    offloader = Offloader(LocalObjectStore(tmp_path / "tier"), row_group_rows=10)
+    manifest = offloader.offload(PARTITION, info, entries, "attempt-1")
+    whole = entries_to_table(entries)
+    written = pq.ParquetFile(tmp_path / "tier" / manifest.object_key)
+    assert written.read().equals(whole)
+    cuts = [*entry_boundaries(whole, 10), whole.num_rows]
+    sizes = [written.metadata.row_group(g).num_rows for g in range(written.metadata.num_row_groups)]
+    assert sizes == [end - start for start, end in itertools.pairwise(cuts)]
