@@ -4,11 +4,24 @@ Importing this package is cheap: heavy optional libraries (pyspark, pyarrow, ...
 are imported lazily by the modules that need them.
 """
 
+import contextlib
 import os
+import sys
 
 __version__ = "0.1.0"
 
-# Arrow's jemalloc pool rather than its default (mimalloc): it keeps freed pages for reuse,
-# so an offload does not fault in fresh memory for every buffer (typed offloads ~20 %
-# faster, docs/benchmarks.md). Read when pyarrow first allocates; an explicit choice wins.
-os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "jemalloc")
+
+def _use_jemalloc() -> None:
+    """Arrow's jemalloc pool rather than its default (mimalloc): it keeps freed pages for
+    reuse, so an offload does not fault in fresh memory for every buffer (typed offloads
+    ~20 % faster, docs/benchmarks.md). A pool named in ARROW_DEFAULT_MEMORY_POOL wins."""
+    if "ARROW_DEFAULT_MEMORY_POOL" in os.environ:
+        return
+    os.environ["ARROW_DEFAULT_MEMORY_POOL"] = "jemalloc"  # read at pyarrow's first allocation
+    arrow = sys.modules.get("pyarrow")
+    if arrow is not None:  # imported before us: its default pool may be chosen already
+        with contextlib.suppress(Exception):  # a build without jemalloc keeps its own
+            arrow.set_memory_pool(arrow.jemalloc_memory_pool())
+
+
+_use_jemalloc()
