@@ -8,6 +8,7 @@ import asyncio
 import json
 import threading
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pytest
@@ -20,6 +21,7 @@ from tests.iceberg.conftest import OpenIcebergRig
 from tests.iceberg.rig import (
     ORDER_V1,
     ORDER_V2,
+    IcebergRig,
     append_orders,
     data_files,
     order,
@@ -319,6 +321,39 @@ async def test_deleting_the_topic_empties_its_table_first(open_iceberg_rig: Open
     assert [k for k in rig.tier.store.list() if not k.startswith("iceberg/")] == []
 
 
+async def handed_over_twice(
+    rig: IcebergRig, monkeypatch: pytest.MonkeyPatch, segment_id: int, *, committed: bool
+) -> tuple[ManagedLedger, asyncio.Task[Any]]:
+    """Broker A offloads ``segment_id`` and stops just before its table commit (or just
+    after, when ``committed``); meanwhile the partition goes to broker B (whose open settles
+    A's cut-off attempt against the table) and back to A. Returns A's new ledger and A's
+    first offload, released and finished."""
+    real = rig.tables.commit
+    reached, go_on = threading.Event(), threading.Event()
+
+    def commit_held(files):  # type: ignore[no-untyped-def]
+        snapshot = real(files) if committed else None
+        reached.set()
+        go_on.wait(30)
+        return snapshot if committed else real(files)
+
+    monkeypatch.setattr(rig.tables, "commit", commit_held)
+    broker_a, broker_b = LedgerFactory(rig.engine, rig.tier), LedgerFactory(rig.engine, rig.tier)
+    first = await broker_a.open(rig.ledger.name)
+    offloading = asyncio.create_task(first.offload(segment_id))
+    try:
+        assert await asyncio.to_thread(reached.wait, 30)
+        await rig.engine.unload(rig.ledger.name)
+        monkeypatch.setattr(rig.tables, "commit", real)
+        await broker_b.open(rig.ledger.name)
+        await rig.engine.unload(rig.ledger.name)
+        again = await broker_a.open(rig.ledger.name)
+    finally:
+        go_on.set()
+        await asyncio.wait([offloading])
+    return again, offloading
+
+
 async def test_a_commit_landing_after_two_handovers_is_taken_out_of_the_table(
     open_iceberg_rig: OpenIcebergRig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -331,29 +366,9 @@ async def test_a_commit_landing_after_two_handovers_is_taken_out_of_the_table(
     rig = await open_iceberg_rig()
     await append_orders(rig.ledger, 0, 20, batch=1)
     seg = rig.closed()[0]
-    real = rig.tables.commit
-    committing, go_on = threading.Event(), threading.Event()
-
-    def commit_later(files):  # type: ignore[no-untyped-def]
-        committing.set()
-        go_on.wait(30)
-        return real(files)
-
-    monkeypatch.setattr(rig.tables, "commit", commit_later)
-    broker_a, broker_b = LedgerFactory(rig.engine, rig.tier), LedgerFactory(rig.engine, rig.tier)
-    first = await broker_a.open(rig.ledger.name)
-    offloading = asyncio.create_task(first.offload(seg.segment_id))
-    try:
-        assert await asyncio.to_thread(committing.wait, 30)
-        await rig.engine.unload(rig.ledger.name)
-        monkeypatch.setattr(rig.tables, "commit", real)  # B's open commits nothing anyway
-        await broker_b.open(rig.ledger.name)
-        await rig.engine.unload(rig.ledger.name)
-        again = await broker_a.open(rig.ledger.name)
-    finally:
-        go_on.set()
-        with pytest.raises((IcebergCommitError, SegmentNotOffloadableError)):
-            await offloading
+    again, offloading = await handed_over_twice(rig, monkeypatch, seg.segment_id, committed=False)
+    with pytest.raises((IcebergCommitError, SegmentNotOffloadableError)):
+        offloading.result()
     assert data_files(rig.tables) == []
     info = next(s for s in again.segments() if s.segment_id == seg.segment_id)
     assert info.state is SegmentState.CLOSED and info.local
@@ -373,30 +388,9 @@ async def test_a_commit_that_landed_before_two_handovers_is_adopted_not_dropped(
     await append_orders(rig.ledger, 0, 20, batch=1)
     local = await read_all(rig.ledger)
     seg = rig.closed()[0]
-    real = rig.tables.commit
-    committed, go_on = threading.Event(), threading.Event()
-
-    def commit_then_wait(files):  # type: ignore[no-untyped-def]
-        snapshot = real(files)
-        committed.set()
-        go_on.wait(30)
-        return snapshot
-
-    monkeypatch.setattr(rig.tables, "commit", commit_then_wait)
-    broker_a, broker_b = LedgerFactory(rig.engine, rig.tier), LedgerFactory(rig.engine, rig.tier)
-    first = await broker_a.open(rig.ledger.name)
-    offloading = asyncio.create_task(first.offload(seg.segment_id))
-    try:
-        assert await asyncio.to_thread(committed.wait, 30)
-        await rig.engine.unload(rig.ledger.name)
-        monkeypatch.setattr(rig.tables, "commit", real)
-        await broker_b.open(rig.ledger.name)
-        await rig.engine.unload(rig.ledger.name)
-        again = await broker_a.open(rig.ledger.name)
-    finally:
-        go_on.set()
-        with pytest.raises(SegmentNotOffloadableError, match="changed meanwhile"):
-            await offloading
+    again, offloading = await handed_over_twice(rig, monkeypatch, seg.segment_id, committed=True)
+    with pytest.raises(SegmentNotOffloadableError, match="changed meanwhile"):
+        offloading.result()
     info = next(s for s in again.segments() if s.segment_id == seg.segment_id)
     assert info.state is SegmentState.OFFLOADED
     rows = read_table(rig.tables)
