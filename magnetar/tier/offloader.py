@@ -135,9 +135,10 @@ class Offloader:
         (Iceberg data files, layout 2) instead of one ``data.parquet``.
 
         The segment goes in pieces of about ``row_group_rows`` messages (never splitting an
-        entry), each a row group: a piece is written on a second thread while the next is
-        unpacked and decoded, so the two overlap on two cores and only a piece's rows are
-        held at a time.
+        entry), each a row group. Chunks of pieces are unpacked on this thread while a
+        second thread makes a piece's rows (``to_files``: the typed decode) and a third
+        writes them, so the three overlap on the cores and only a few pieces' rows are held
+        at a time.
 
         When this returns, the object and its manifest are durable in the store and the
         object was read back whole (checksum and row count match). When it raises
@@ -285,10 +286,6 @@ def _pieces(entries: list[Entry], target_rows: int) -> Iterator[list[Entry]]:
         yield entries[start:]
 
 
-def _write_when_made(files: _Files, parts: Future[list[tuple[str, pa.Table]]]) -> None:
-    files.write(parts.result())
-
-
 def _chunks(pieces: Iterator[list[Entry]]) -> Iterator[list[list[Entry]]]:
     """Consecutive pieces unpacked together, at least :data:`_UNPACK_ENTRIES` entries a
     chunk (but the last): a codec splits many batches at once far faster than a few."""
@@ -314,6 +311,10 @@ def _cut(table: pa.Table, chunk: list[list[Entry]]) -> list[pa.Table]:
         out.append(table.slice(at, size))
         at += size
     return out
+
+
+def _write_when_made(files: _Files, parts: Future[list[tuple[str, pa.Table]]]) -> None:
+    files.write(parts.result())
 
 
 class _Files:
