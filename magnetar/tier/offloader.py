@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from magnetar.core.entries import Entry
@@ -213,7 +214,7 @@ class Offloader:
             table.schema,
             compression="zstd",
             write_statistics=True,
-            use_dictionary=_dictionary_columns(table.schema),
+            use_dictionary=_dictionary_columns(table),
             sorting_columns=[pq.SortingColumn(0)],  # rows are in offset order: say so
         ) as out:
             for start, end in itertools.pairwise(cuts):
@@ -344,7 +345,7 @@ class _Files:
                     rows.schema,
                     compression="zstd",
                     write_statistics=True,
-                    use_dictionary=_dictionary_columns(rows.schema),
+                    use_dictionary=_dictionary_columns(rows),
                     sorting_columns=[pq.SortingColumn(0)],  # rows are in offset order: say so
                 )
             if not rows.schema.equals(self.out.schema):  # pieces read by different paths
@@ -368,28 +369,36 @@ def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-# distinct in nearly every row: trying a dictionary first only costs time
-_NO_DICTIONARY = frozenset(
-    {"value", "__value", "offset", "__offset", "sequence_id", "__sequence_id"}
-)
+# rows of a file's first piece that decide which of its columns get a dictionary
+_SAMPLE_ROWS = 4096
 
 
-def _dictionary_columns(schema: pa.Schema) -> list[str]:
-    """Leaf column paths worth a dictionary: all but the values, offsets, sequence ids."""
+def _dictionary_columns(rows: pa.Table) -> list[str]:
+    """Leaf column paths worth a dictionary: those whose values repeat, at most half of
+    them distinct in the first :data:`_SAMPLE_ROWS` rows (and the keys and values of maps,
+    mostly property names and a few values). A column of distinct values (offsets, ids,
+    prices, the message values) would be hashed into a dictionary until Parquet gives up on
+    it at 1 MiB: for typed JSON rows that made the write half as slow again and the file
+    half as large again (docs/benchmarks.md)."""
+    sample = rows.slice(0, _SAMPLE_ROWS)
     paths: list[str] = []
 
-    def walk(prefix: str, data_type: pa.DataType) -> None:
-        if pa.types.is_struct(data_type):
-            for child in data_type:
-                walk(f"{prefix}.{child.name}", child.type)
-        elif pa.types.is_map(data_type):
-            paths.extend((f"{prefix}.key_value.key", f"{prefix}.key_value.value"))
-        elif pa.types.is_list(data_type):
-            walk(f"{prefix}.list.element", data_type.value_type)
-        else:
-            paths.append(prefix)
+    def walk(path: str, values: pa.ChunkedArray) -> None:
+        if pa.types.is_struct(values.type):
+            for i, child in enumerate(values.type):
+                walk(f"{path}.{child.name}", pc.struct_field(values, [i]))
+        elif pa.types.is_map(values.type):
+            paths.extend((f"{path}.key_value.key", f"{path}.key_value.value"))
+        elif pa.types.is_list(values.type):
+            walk(f"{path}.list.element", pc.list_flatten(values))
+        elif _repeats(values):
+            paths.append(path)
 
-    for f in schema:
-        if f.name not in _NO_DICTIONARY:
-            walk(f.name, f.type)
+    for name in sample.column_names:
+        walk(name, sample.column(name))
     return paths
+
+
+def _repeats(values: pa.ChunkedArray) -> bool:
+    held = len(values) - values.null_count
+    return held == 0 or 2 * pc.count_distinct(values).as_py() <= held

@@ -477,3 +477,25 @@ def test_a_segment_offloaded_in_pieces_is_the_file_one_pass_would_write(tmp_path
     cuts = [*entry_boundaries(whole, 10), whole.num_rows]
     sizes = [written.metadata.row_group(g).num_rows for g in range(written.metadata.num_row_groups)]
     assert sizes == [end - start for start, end in itertools.pairwise(cuts)]
+
+
+def test_only_columns_whose_values_repeat_get_a_dictionary(tmp_path: Path) -> None:
+    """A dictionary is tried only where the first rows repeat their values (the producer,
+    the entry's offset and publish time): a column of distinct values (here the offsets,
+    the values and the keys) is written plain, not hashed into a dictionary first."""
+    entries, offset = [], 0
+    for i in range(300):
+        entries.append(Entry(offset, 10, publish_time(i), -1, formats.PULSAR, pulsar_entry(i, 10)))
+        offset += 10
+    info = SegmentInfo(7, 0, SegmentState.CLOSED, 0, offset, entries=len(entries))
+    manifest = Offloader(LocalObjectStore(tmp_path / "tier")).offload(
+        PARTITION, info, entries, "attempt-1"
+    )
+    chunks = pq.ParquetFile(tmp_path / "tier" / manifest.object_key).metadata.row_group(0)
+    dictionary = {
+        chunks.column(c).path_in_schema: chunks.column(c).has_dictionary_page
+        for c in range(chunks.num_columns)
+    }
+    assert dictionary["producer_name"] and dictionary["entry_offset"]
+    assert dictionary["publish_time"] and dictionary["properties.key_value.key"]
+    assert not dictionary["offset"] and not dictionary["value"] and not dictionary["key"]
