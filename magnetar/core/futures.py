@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -37,3 +37,14 @@ async def to_thread_to_the_end(func: Callable[..., T], *args: Any) -> T:
         if not work.cancelled():
             work.exception()  # retrieved: the cancellation is what the caller reports
         raise
+
+
+async def all_to_the_end(*aws: Awaitable[Any]) -> list[Any]:
+    """Every one of ``aws`` run together and waited for to its end, even when another fails
+    first (nothing is left running unwatched); their results in order, or the first error
+    in that order raised."""
+    outcomes = await asyncio.gather(*aws, return_exceptions=True)
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException):
+            raise outcome
+    return outcomes

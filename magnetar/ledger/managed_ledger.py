@@ -13,11 +13,11 @@ import bisect
 import contextlib
 import logging
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from magnetar.core.entries import Entry
 from magnetar.core.errors import MagnetarError
-from magnetar.core.futures import to_thread_to_the_end
+from magnetar.core.futures import all_to_the_end, to_thread_to_the_end
 from magnetar.core.ids import MessageId
 from magnetar.ledger import offload_attempts as attempts
 from magnetar.ledger import table_commits
@@ -29,7 +29,14 @@ from magnetar.storage import (
     SegmentState,
 )
 from magnetar.storage.errors import SegmentChangedError
-from magnetar.tier import IcebergCommitError, ObjectNotFoundError, Tier, ValueSchema, keys_of
+from magnetar.tier import (
+    IcebergCommitError,
+    Manifest,
+    ObjectNotFoundError,
+    Tier,
+    ValueSchema,
+    keys_of,
+)
 
 log = logging.getLogger(__name__)
 
@@ -438,14 +445,7 @@ class ManagedLedger:
         ours = attempts.offloading_by(attempt)
         keys: list[str] = []
         try:
-            entries = await self._entries_of(info)
-            # With a table, the segment's objects are its data files (bytes written once).
-            to_files = tier.iceberg.data_files(self.name, value_schema) if tier.iceberg else None
-            # a cancelled offload (its topic unloaded) waits for the upload: the cleanup
-            # below must find every object it wrote
-            manifest = await to_thread_to_the_end(
-                tier.offloader.offload_table, self.name, info, entries, attempt, to_files
-            )
+            manifest = await self._write_objects(tier, info, attempt, value_schema)
             keys = manifest.keys
             details: dict[str, Any] = {
                 "attempts": recorded,
@@ -460,7 +460,7 @@ class ManagedLedger:
                 details["objects"] = manifest.keys
             if tier.iceberg is not None:
                 details["iceberg"] = await table_commits.commit(
-                    self, tier, info, attempt, manifest.keys, value_schema, details
+                    self, tier, info, attempt, manifest.keys, details
                 )
             return await self.storage.update_segment(
                 self.name, segment_id, expect=ours, state=SegmentState.OFFLOADED, offload=details
@@ -471,6 +471,25 @@ class ManagedLedger:
         except BaseException:
             await self._abandon_offload(info, recorded, keys)
             raise
+
+    async def _write_objects(
+        self, tier: Tier, info: SegmentInfo, attempt: str, value_schema: ValueSchema | None
+    ) -> Manifest:
+        """The segment's objects written and verified under ``attempt``; with a table, they
+        are its data files (bytes written once), and the table is made or widened
+        meanwhile. A cancelled offload (its topic unloaded) waits for the upload: the
+        cleanup must find every object it wrote."""
+        entries = await self._entries_of(info)
+        to_files = tier.iceberg.data_files(self.name, value_schema) if tier.iceberg else None
+        writing = to_thread_to_the_end(
+            tier.offloader.offload_table, self.name, info, entries, attempt, to_files
+        )
+        if tier.iceberg is None:
+            return await writing
+        manifest, _ = await all_to_the_end(
+            writing, table_commits.prepare(tier, self.name, value_schema)
+        )
+        return cast(Manifest, manifest)
 
     async def _abandon_offload(
         self, started: SegmentInfo, recorded: list[str], keys: list[str]

@@ -71,23 +71,29 @@ def files_of(partition: str, info: SegmentInfo) -> SegmentFiles | None:
     )
 
 
+async def prepare(tier: Tier, partition: str, value_schema: ValueSchema | None) -> None:
+    """Step 1's table part: the partition's table created, or its schema widened to
+    ``value_schema``'s columns. It runs while the data files are written, and a cancelled
+    caller waits for it to end."""
+    assert tier.iceberg is not None
+    schema = table_schema(value_schema, tier_columns=True)
+    await to_thread_to_the_end(tier.iceberg.ensure_table, partition, schema)
+
+
 async def commit(
     ledger: ManagedLedger,
     tier: Tier,
     info: SegmentInfo,
     attempt: str,
     keys: list[str],
-    value_schema: ValueSchema | None,
     details: dict[str, Any],
 ) -> dict[str, Any]:
     """Steps 2–3 for a segment whose objects ``keys`` (its data files, written with
-    ``tier.iceberg.data_files``) are verified; returns the ``offload["iceberg"]`` record of
-    step 4. The intent is recorded only while ``attempt`` still offloads the segment
-    (SegmentChangedError otherwise: another owner took it over). On failure the caller
-    abandons the attempt (:func:`undo` first)."""
+    ``tier.iceberg.data_files``) are verified and whose table is :func:`prepare`d; returns
+    the ``offload["iceberg"]`` record of step 4. The intent is recorded only while
+    ``attempt`` still offloads the segment (SegmentChangedError otherwise: another owner
+    took it over). On failure the caller abandons the attempt (:func:`undo` first)."""
     assert tier.iceberg is not None
-    schema = table_schema(value_schema, tier_columns=True)
-    await asyncio.to_thread(tier.iceberg.ensure_table, ledger.name, schema)
     intent = {"attempt": attempt, "files": keys, "committed": False}
     await ledger.storage.update_segment(
         ledger.name,

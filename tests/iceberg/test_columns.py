@@ -44,6 +44,15 @@ def test_clean_json_values_become_typed_columns() -> None:
     assert rows.column("__properties").to_pylist() == [[("a", "b")]] * 5
 
 
+def test_a_piece_sliced_out_of_a_segments_rows_types_its_own_values() -> None:
+    """The offloader decodes a segment in pieces, slices of its rows: the block decode reads
+    the slice's values where they lie in the shared buffer, not the buffer's first ones."""
+    whole = layout([json.dumps(order(i)).encode() for i in range(10)])
+    rows = to_table_rows(whole.slice(3, 4), 0, JSON_SCHEMA, tier_columns=True)
+    assert rows.select(["id", "item", "ship"]).to_pylist() == [order(i) for i in range(3, 7)]
+    assert rows.column("__value").to_pylist() == whole.column("value").to_pylist()[3:7]
+
+
 def test_values_that_do_not_fit_leave_their_row_untyped_only() -> None:
     values = [
         json.dumps(order(0)).encode(),

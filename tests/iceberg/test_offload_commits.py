@@ -165,6 +165,40 @@ async def test_a_commit_whose_answer_was_lost_is_not_added_twice(
     assert rows.column("__offset").to_pylist() == list(range(seg.first_offset, seg.end_offset))
 
 
+async def test_a_table_that_cannot_be_made_fails_the_offload_after_its_upload_ends(
+    open_iceberg_rig: OpenIcebergRig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The table is made (or widened) while the data files are written: when that fails
+    first, the offload still waits for the upload to end, then leaves the segment CLOSED
+    with none of the attempt's objects behind; the next offload commits it once."""
+    rig = await open_iceberg_rig()
+    await append_orders(rig.ledger, 0, 20, batch=1)
+    seg = rig.closed()[0]
+    real = rig.tables.ensure_table
+    uploads: list[str] = []
+    real_put = rig.tier.store.put
+
+    def put(key: str, data: bytes) -> None:
+        uploads.append(key)
+        real_put(key, data)
+
+    def catalog_down(*args: Any) -> Any:
+        raise IcebergCommitError("the catalog cannot be reached")
+
+    monkeypatch.setattr(rig.tier.store, "put", put)
+    monkeypatch.setattr(rig.tables, "ensure_table", catalog_down)
+    with pytest.raises(IcebergCommitError):
+        await rig.ledger.offload(seg.segment_id, value_schema=schema(ORDER_V1))
+    ours = f"{seg.segment_id:020d}/"
+    assert any(ours in k for k in uploads)  # the upload ran to its end before the cleanup
+    assert rig.ledger.segments()[0].state is SegmentState.CLOSED
+    assert [k for k in rig.tier.store.list() if ours in k] == []
+    monkeypatch.setattr(rig.tables, "ensure_table", real)
+    await rig.ledger.offload(seg.segment_id, value_schema=schema(ORDER_V1))
+    rows = read_table(rig.tables)
+    assert rows.column("__offset").to_pylist() == list(range(seg.first_offset, seg.end_offset))
+
+
 async def test_the_table_lives_in_an_s3_warehouse(
     open_iceberg_rig: OpenIcebergRig, s3_endpoint: str
 ) -> None:

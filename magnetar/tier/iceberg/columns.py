@@ -160,7 +160,7 @@ def _decode_json_block(values: pa.ChunkedArray, record: pa.StructType) -> pa.Str
     """Every value parsed at once by Arrow's JSON reader (one object per line), or None when
     that cannot be exact: a null value, a newline inside a value, or any value that is not
     an object fitting ``record`` — the per-row path then decides row by row."""
-    array = values.combine_chunks()
+    array = values.chunk(0) if values.num_chunks == 1 else values.combine_chunks()  # no copy
     if len(array) == 0 or array.null_count or not _one_object_each(array):
         return None
     one_list = pa.ListArray.from_arrays(pa.array([0, len(array)], pa.int32()), array)
