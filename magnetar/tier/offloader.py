@@ -389,7 +389,7 @@ def _dictionary_columns(rows: pa.Table) -> list[str]:
                 walk(f"{path}.{child.name}", pc.struct_field(values, [i]))
         elif pa.types.is_map(values.type):
             paths.extend((f"{path}.key_value.key", f"{path}.key_value.value"))
-        elif pa.types.is_list(values.type):
+        elif _is_list(values.type):
             walk(f"{path}.list.element", pc.list_flatten(values))
         elif _repeats(values):
             paths.append(path)
@@ -399,6 +399,17 @@ def _dictionary_columns(rows: pa.Table) -> list[str]:
     return paths
 
 
+def _is_list(data_type: pa.DataType) -> bool:
+    return bool(
+        pa.types.is_list(data_type)
+        or pa.types.is_large_list(data_type)
+        or pa.types.is_fixed_size_list(data_type)
+    )
+
+
 def _repeats(values: pa.ChunkedArray) -> bool:
     held = len(values) - values.null_count
-    return held == 0 or 2 * pc.count_distinct(values).as_py() <= held
+    try:
+        return held == 0 or 2 * pc.count_distinct(values).as_py() <= held
+    except pa.ArrowNotImplementedError:  # a type Arrow cannot count (a dictionary already)
+        return True

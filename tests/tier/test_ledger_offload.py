@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import io
 import itertools
 import json
 import threading
@@ -30,6 +31,7 @@ from magnetar.tier import (
     key_of,
     manifest_key,
 )
+from magnetar.tier.offloader import _dictionary_columns
 from magnetar.tier.parquet import entries_to_table, entry_boundaries
 from tests.tier.rig import (
     PARTITION,
@@ -499,3 +501,31 @@ def test_only_columns_whose_values_repeat_get_a_dictionary(tmp_path: Path) -> No
     assert dictionary["producer_name"] and dictionary["entry_offset"]
     assert dictionary["publish_time"] and dictionary["properties.key_value.key"]
     assert not dictionary["offset"] and not dictionary["value"] and not dictionary["key"]
+
+
+def test_the_dictionary_choice_walks_every_column_type_parquet_writes() -> None:
+    """Nested and unusual columns (lists of every kind, structs, maps, dictionaries, all
+    nulls) get a path Parquet accepts, decided on their leaves; none fails the offload."""
+    repeated = ["a", "a", "a", "b"]
+    table = pa.table(
+        {
+            "nulls": pa.nulls(4),
+            "large": pa.array([[1], [1], [1], [2]], pa.large_list(pa.int64())),
+            "fixed": pa.array([[1, 2]] * 4, pa.list_(pa.int64(), 2)),
+            "coded": pa.array(repeated).dictionary_encode(),
+            "nested": pa.array([{"a": i, "b": "x"} for i in range(4)]),
+            "map": pa.array([[("k", str(i))] for i in range(4)], pa.map_(pa.string(), pa.string())),
+            "distinct": pa.array(["a", "b", "c", "d"]),
+        }
+    )
+    chosen = _dictionary_columns(table)
+    assert chosen == [
+        "nulls",
+        "large.list.element",
+        "fixed.list.element",
+        "coded",
+        "nested.b",
+        "map.key_value.key",
+        "map.key_value.value",
+    ]
+    pq.write_table(table, io.BytesIO(), use_dictionary=chosen)
