@@ -107,6 +107,11 @@ class LedgerStorage(Protocol):
 
     def segments(self, name: str) -> list[SegmentInfo]: ...
 
+    async def recorded(self, name: str, segment_id: int) -> SegmentInfo | None:
+        """One segment's record as stored now, also once this process released the
+        partition (its next owner writes it then); None when it is not listed."""
+        ...
+
     async def check(self, name: str, *, repair: bool = False) -> list[dict[str, Any]]:
         """Read and verify every stored entry: one row per segment (``segmentId``,
         ``state``, ``entries``, ``error``: file, byte and problem, or ""). With ``repair``,
@@ -504,8 +509,8 @@ class ManagedLedger:
         ours = attempts.offloading_by(attempt)
         try:
             info = self._segment(segment_id)
-        except MagnetarError as e:  # the partition left this broker: its next owner cleans up
-            log.warning("%s: offload of segment %s abandoned: %s", self.name, segment_id, e)
+        except MagnetarError as e:  # the partition left this broker
+            await self._drop_released(started, attempt, keys, e)
             return
         if info is None or not ours(info):
             await self._drop_superseded(started, info, attempt, keys)
@@ -532,6 +537,31 @@ class ManagedLedger:
             log.warning("cannot mark segment %s of %s CLOSED again: %s", segment_id, self.name, e)
             return
         await self._clean_segment(segment_id)
+
+    async def _drop_released(
+        self, started: SegmentInfo, attempt: str, keys: list[str], why: Exception
+    ) -> None:
+        """An attempt cut off because this broker lost the partition (``release``). Its
+        next owner reverts the record and deletes every attempt the record lists; but one
+        it no longer lists (cleaned before this attempt's upload ended, the broker stalled)
+        would be found by nobody again: its objects are dropped here."""
+        segment_id = started.segment_id
+        try:
+            info = await self.storage.recorded(self.name, segment_id)
+        except MagnetarError as e:
+            log.warning(
+                "%s: offload of segment %s abandoned (%s): %s", self.name, segment_id, why, e
+            )
+            return
+        if info is not None and attempt in attempts.attempts_of(info):
+            log.warning(
+                "%s: offload of segment %s abandoned (%s): the next owner cleans it up",
+                self.name,
+                segment_id,
+                why,
+            )
+            return
+        await self._drop_superseded(started, info, attempt, keys)
 
     async def _drop_superseded(
         self, started: SegmentInfo, info: SegmentInfo | None, attempt: str, keys: list[str]

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 from magnetar.core.clock import Clock
 from magnetar.core.entries import Entry
 from magnetar.ledger.segment_storage import RolloverPolicy, SegmentStorage
-from magnetar.ledger.writer import SegmentIds, SegmentWriter
+from magnetar.ledger.writer import SegmentIds, SegmentWriter, recorded_segment
 from magnetar.meta import MetadataStore
 from magnetar.storage import OffsetOutOfRangeError, SegmentInfo, SegmentState
 from magnetar.storage.errors import PartitionNotFoundError, SegmentNotLocalError, StorageError
@@ -161,6 +161,10 @@ class SegmentedStorage:
 
     def segments(self, name: str) -> list[SegmentInfo]:
         return self.part(name).writer.segments()
+
+    async def recorded(self, name: str, segment_id: int) -> SegmentInfo | None:
+        """From the metadata store: the partition may be another broker's by now."""
+        return await recorded_segment(self.meta, name, segment_id)
 
     def segment_info(self, name: str, segment_id: int) -> SegmentInfo | None:
         """The live record of one segment of ``name`` (None: not in its list)."""

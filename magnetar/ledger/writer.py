@@ -50,6 +50,24 @@ def segment_list_path(name: str) -> str:
     return f"{SEGMENT_LISTS}/{quote(name, safe='')}"
 
 
+async def recorded_segment(meta: MetadataStore, name: str, segment_id: int) -> SegmentInfo | None:
+    """One segment's record as the metadata store holds it now, whoever writes the list
+    (another broker, after this one lost the partition); None when it is not listed."""
+    node = await meta.get(segment_list_path(name))
+    if node is None:
+        return None
+    for raw in json.loads(node.value)["ledgers"]:
+        if raw["info"]["segment_id"] == segment_id:
+            return _info_of(raw)
+    return None
+
+
+def _info_of(raw: dict[str, Any]) -> SegmentInfo:
+    info = dict(raw["info"])
+    info["state"] = SegmentState(info["state"])
+    return SegmentInfo(**info)
+
+
 class SegmentIds:
     """Segment ids no writer ever had, from blocks reserved in the metadata store."""
 
@@ -163,9 +181,7 @@ class SegmentWriter:
         self.start = d["start"]
         for raw in d["ledgers"]:
             placement = {k: v for k, v in raw.items() if k != "info"}
-            info = dict(raw["info"])
-            info["state"] = SegmentState(info["state"])
-            record = SegmentRecord(SegmentInfo(**info))
+            record = SegmentRecord(_info_of(raw))
             self.storage.attach(self._spec(record), placement)
             self.records.append(record)
         last = self.records[-1].info if self.records else None

@@ -322,6 +322,12 @@ class StorageEngine:
         """Copies of the partition's segment records, oldest first."""
         return [dataclasses.replace(s.info) for s in self._part(name).segments]
 
+    async def recorded(self, name: str, segment_id: int) -> SegmentInfo | None:
+        """The segment's record (this process owns its partitions for its whole life)."""
+        if name not in self._partitions:
+            return None
+        return next((s for s in self.segments(name) if s.segment_id == segment_id), None)
+
     # -- writes -------------------------------------------------------------------------
 
     async def append(

@@ -185,6 +185,11 @@ class MemoryStorage:
     def segments(self, name: str) -> list[SegmentInfo]:
         return [dataclasses.replace(s) for s in self._part(name).segments]
 
+    async def recorded(self, name: str, segment_id: int) -> SegmentInfo | None:
+        if not self.has_partition(name):
+            return None
+        return next((s for s in self.segments(name) if s.segment_id == segment_id), None)
+
     async def trim(self, name: str, before: int) -> list[SegmentInfo]:
         """Drop the closed segments wholly before ``before`` (never the open one)."""
         part = self._part(name)
