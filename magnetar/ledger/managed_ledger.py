@@ -128,6 +128,11 @@ class LedgerStorage(Protocol):
         ...
 
 
+# after ownership was lost, how long to wait between reads of a segment's record (seconds)
+# while the metadata store connects a new session: some 30 s in all
+RECORD_READ_PAUSES = (0.5, 1.0, 2.0, 4.0, 8.0, 15.0)
+
+
 class ManagedLedger:
     """One partition's log. Appends are durable when :meth:`append` returns."""
 
@@ -546,11 +551,22 @@ class ManagedLedger:
         it no longer lists (cleaned before this attempt's upload ended, the broker stalled)
         would be found by nobody again: its objects are dropped here."""
         segment_id = started.segment_id
-        try:
-            info = await self.storage.recorded(self.name, segment_id)
-        except MagnetarError as e:
+        for pause in RECORD_READ_PAUSES:  # the broker's session is being replaced meanwhile
+            try:
+                info = await self.storage.recorded(self.name, segment_id)
+                break
+            except MagnetarError as e:
+                failed = e
+                await asyncio.sleep(pause)
+        else:
             log.warning(
-                "%s: offload of segment %s abandoned (%s): %s", self.name, segment_id, why, e
+                "%s: offload of segment %s abandoned (%s); its record cannot be read, its "
+                "attempt %s may leave objects: %s",
+                self.name,
+                segment_id,
+                why,
+                attempt,
+                failed,
             )
             return
         if info is not None and attempt in attempts.attempts_of(info):

@@ -12,7 +12,12 @@ import json
 import pytest
 
 from magnetar.ledger.segment_storage import RolloverPolicy, SegmentStorage
-from magnetar.ledger.writer import SegmentIds, SegmentWriter, segment_list_path
+from magnetar.ledger.writer import (
+    SegmentIds,
+    SegmentWriter,
+    recorded_segment,
+    segment_list_path,
+)
 from magnetar.meta.memory import MemoryMetadataStore
 from magnetar.storage import SegmentState
 from magnetar.storage.errors import FencedError, StorageError, WriteFailedError
@@ -218,3 +223,24 @@ async def test_an_append_never_passes_appends_queued_for_the_lock(segments: Segm
     assert [(await a).base_offset for a in queued] == [1, 2] and late.base_offset == 3
     stored = await segments.stored(writer.records[-1].info.segment_id)
     assert [stored[eid].payload for eid in sorted(stored)] == [b"0", b"1", b"2", b"3"]
+
+
+async def test_a_released_partitions_records_are_read_from_the_store_as_its_next_owner_writes(
+    segments: Segments,
+) -> None:
+    """After ``release`` this process no longer holds the list; ``recorded_segment`` reads
+    a segment's record as the next owner left it (None once it is not listed)."""
+    meta, storage = MemoryMetadataStore(), segments.storage
+    writer = await _writer(meta, storage, max_entries=2)
+    for _ in range(3):
+        await writer.append(b"r")
+    writer.release()
+    owner = await _writer(meta, storage, max_entries=2)
+    first = owner.records[0].info.segment_id
+    await owner.update_segment(first, offload={"attempts": ["theirs"]})
+    got = await recorded_segment(meta, NAME, first)
+    assert got is not None and got.state is SegmentState.CLOSED
+    assert got.offload == {"attempts": ["theirs"]}
+    await owner.trim(2)
+    assert await recorded_segment(meta, NAME, first) is None
+    assert await recorded_segment(meta, "public/default/never", first) is None
