@@ -149,6 +149,19 @@ def _take_over(survivor: StandaloneProcess, first: int) -> list[bytes]:
     return acked
 
 
+def _offloading_owner(
+    cluster: Cluster, offloaded_first: int
+) -> tuple[list[bytes], StandaloneProcess, StandaloneProcess, dict[str, int]]:
+    """Publish, start the owner's offload and wait for the moment to strike: what was
+    acknowledged, the owner, the other broker, and the records' states at that moment."""
+    first, second = cluster.brokers
+    acked = _publish(first.pulsar_url, 0, MESSAGES)
+    owner = first if _owner(first.http_url, TOPIC) == first.pulsar_url else second
+    _start_offload(owner)
+    counts = _offload_under_way(cluster, offloaded_first)
+    return acked, owner, second if owner is first else first, counts
+
+
 def _progress(when: str, counts: dict[str, int]) -> None:
     print(
         f"{when}: {counts['OFFLOADED']} segments OFFLOADED ({counts['remote']} of them no "
@@ -167,12 +180,7 @@ def test_a_killed_owner_mid_offload_loses_and_duplicates_nothing(
 ) -> None:
     cluster = tiered_brokers
     try:
-        first, second = cluster.brokers
-        acked = _publish(first.pulsar_url, 0, MESSAGES)
-        owner = first if _owner(first.http_url, TOPIC) == first.pulsar_url else second
-        survivor = second if owner is first else first
-        _start_offload(owner)
-        counts = _offload_under_way(cluster, offloaded_first)
+        acked, owner, survivor, counts = _offloading_owner(cluster, offloaded_first)
         owner.kill()
         _progress("owner killed", counts)
         acked += _take_over(survivor, MESSAGES)
@@ -193,12 +201,7 @@ def test_a_frozen_owner_waking_after_the_new_owner_offloaded_changes_nothing(
 ) -> None:
     cluster = tiered_brokers
     try:
-        first, second = cluster.brokers
-        acked = _publish(first.pulsar_url, 0, MESSAGES)
-        zombie = first if _owner(first.http_url, TOPIC) == first.pulsar_url else second
-        survivor = second if zombie is first else first
-        _start_offload(zombie)
-        counts = _offload_under_way(cluster, offloaded_first)
+        acked, zombie, survivor, counts = _offloading_owner(cluster, offloaded_first)
         zombie.pause()
         _progress("owner frozen", counts)
         time.sleep(5)  # past the 3 s session: ZooKeeper expires the zombie's ownership
