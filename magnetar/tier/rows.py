@@ -12,10 +12,13 @@ Columns (Spark's Kafka source names where the meaning is the same)::
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pj
 
 TS = pa.timestamp("us", tz="UTC")
 BASE_FIELDS = [
@@ -35,6 +38,9 @@ BASE_DDL = (
     "publishTime timestamp, eventTime timestamp, properties map<string,string>, "
     "producerName string, sequenceId long"
 )
+_NEWLINE = 0x0A
+_OPEN, _CLOSE = ord("{"), ord("}")
+_JSON_BLOCK = 4 << 20  # Arrow parses blocks of this many bytes on its threads
 PARQUET_COLUMNS = [
     "key",
     "value",
@@ -91,7 +97,7 @@ def _column(
         return pa.repeat(pa.scalar(partition, pa.int32()), table.num_rows)
     if name == "data":
         assert data_type is not None
-        return decode_json(table.column("value").to_pylist(), data_type)
+        return decode_json_values(table.column("value"), data_type)
     return table.column(_FROM_PARQUET[name])
 
 
@@ -138,26 +144,128 @@ def _field_type(t: Any) -> tuple[pa.DataType, str] | None:
     return None
 
 
+def decode_json_values(values: pa.Array | pa.ChunkedArray, data_type: pa.DataType) -> pa.Array:
+    """:func:`decode_json` of a binary column: parsed at once by Arrow's JSON reader when
+    that is exact (every value one object on one line, each fitting), else row by row."""
+    chunked = values if isinstance(values, pa.ChunkedArray) else pa.chunked_array([values])
+    if isinstance(data_type, pa.StructType):
+        fast = _decode_json_block(chunked, data_type)
+        if fast is not None:
+            return fast
+    return decode_json(chunked.to_pylist(), data_type)
+
+
 def decode_json(values: list[bytes | None], data_type: pa.DataType) -> pa.Array:
     """JSON-encoded values → a struct column: None where a value does not parse as a JSON
-    object or does not fit ``data_type`` (a string where the schema says int, say)."""
+    object or does not fit ``data_type``. Fitting is what Arrow's JSON reader accepts: a
+    string where the schema says long, a number with a fraction or an exponent where it
+    says int, a string where it says array, text that is not UTF-8 (a lone surrogate
+    escape) — none fits, where ``pa.array`` alone would bend some (``"ab"`` → ``["a",
+    "b"]``, ``5.5`` → ``5``) and fail on others."""
     names = [f.name for f in data_type]
+    fits = _checker(data_type)
     decoded: list[dict[str, Any] | None] = []
     for raw in values:
         try:
             obj = json.loads(raw) if raw is not None else None
         except ValueError:
             obj = None
-        decoded.append({k: obj.get(k) for k in names} if isinstance(obj, dict) else None)
+        row = {k: obj.get(k) for k in names} if isinstance(obj, dict) else None
+        decoded.append(row if row is not None and fits(row) else None)
     try:
         return pa.array(decoded, type=data_type)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, UnicodeError):
         return pa.array([_fits(d, data_type) for d in decoded], type=data_type)
 
 
 def _fits(value: dict[str, Any] | None, data_type: pa.DataType) -> dict[str, Any] | None:
     try:
         pa.array([value], type=data_type)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, UnicodeError):
         return None
     return value
+
+
+def _checker(data_type: pa.DataType) -> Callable[[Any], bool]:
+    """Whether a value ``json.loads`` made fits ``data_type`` (None fits every type). Types
+    a record schema never maps to are left to ``pa.array``."""
+    if pa.types.is_struct(data_type):
+        fields = [(f.name, _checker(f.type)) for f in data_type]
+        return lambda v: (
+            v is None or (isinstance(v, dict) and all(fits(v.get(name)) for name, fits in fields))
+        )
+    if pa.types.is_list(data_type) or pa.types.is_large_list(data_type):
+        item = _checker(data_type.value_type)
+        return lambda v: v is None or (isinstance(v, list) and all(item(x) for x in v))
+    if pa.types.is_integer(data_type):
+        bits = data_type.bit_width
+        low, high = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
+        if pa.types.is_unsigned_integer(data_type):
+            low, high = 0, (1 << bits) - 1
+        return lambda v: v is None or (type(v) is int and low <= v <= high)
+    if pa.types.is_floating(data_type):
+        return lambda v: v is None or type(v) in (int, float)
+    if pa.types.is_boolean(data_type):
+        return lambda v: v is None or type(v) is bool
+    if (
+        pa.types.is_string(data_type)
+        or pa.types.is_large_string(data_type)
+        or pa.types.is_binary(data_type)
+        or pa.types.is_large_binary(data_type)
+    ):
+        return lambda v: v is None or (type(v) is str and (v.isascii() or _utf8(v)))
+    return lambda v: True
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:  # a lone surrogate: JSON's \ud800 escape, say
+        return False
+    return True
+
+
+def _decode_json_block(values: pa.ChunkedArray, record: pa.StructType) -> pa.StructArray | None:
+    """Every value parsed at once by Arrow's JSON reader (one object per line), or None when
+    that cannot be exact: a null value, a newline inside a value, or any value that is not
+    an object fitting ``record`` — the per-row path then decides row by row."""
+    array = values.chunk(0) if values.num_chunks == 1 else values.combine_chunks()  # no copy
+    if len(array) == 0 or array.null_count or not _one_object_each(array):
+        return None
+    one_list = pa.ListArray.from_arrays(pa.array([0, len(array)], pa.int32()), array)
+    data = pc.binary_join(one_list, pa.scalar(b"\n"))[0].as_buffer()
+    if np.count_nonzero(np.frombuffer(data, np.uint8) == _NEWLINE) != len(array) - 1:
+        return None  # a newline inside a value: one line is not one value
+    options = pj.ParseOptions(
+        explicit_schema=pa.schema(list(record)), unexpected_field_behavior="ignore"
+    )
+    try:
+        table = pj.read_json(
+            pa.BufferReader(data),
+            read_options=pj.ReadOptions(block_size=_JSON_BLOCK),  # blocks: in parallel
+            parse_options=options,
+        )
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    if table.num_rows != len(array):
+        return None
+    columns = [table.column(f.name).combine_chunks() for f in record]
+    return pa.StructArray.from_arrays(columns, fields=list(record))
+
+
+def _one_object_each(array: pa.Array) -> bool:
+    """True when every value starts with ``{`` and ends with ``}``. Arrow's reader makes a row
+    per object, not per line; joined by newlines (which no JSON string holds), such values
+    meet only at the top level (``}`` then ``{`` is valid nowhere else), so each is one or
+    more whole objects, and as many rows as values means exactly one object each. Without
+    this, a value of two objects beside an empty one would shift every later typed row."""
+    width = np.int64 if pa.types.is_large_binary(array.type) else np.int32
+    _, offsets_buf, data_buf = array.buffers()
+    if data_buf is None or data_buf.size == 0:
+        return False  # every value empty
+    offsets = np.frombuffer(offsets_buf, width)[array.offset : array.offset + len(array) + 1]
+    data = np.frombuffer(data_buf, np.uint8)
+    starts, ends = offsets[:-1].astype(np.int64), offsets[1:].astype(np.int64)
+    if bool((ends <= starts).any()):
+        return False  # an empty value
+    return bool((data[starts] == _OPEN).all() and (data[ends - 1] == _CLOSE).all())

@@ -61,10 +61,12 @@ def test_values_that_do_not_fit_leave_their_row_untyped_only() -> None:
         json.dumps(order(3), indent=2).encode(),  # newlines inside the value
         None,
         json.dumps({**order(5), "extra": 1}).encode(),  # fields the schema lacks are ignored
+        json.dumps(order(6)).replace('"item-6"', '"\\ud800"').encode(),  # not UTF-8 text
     ]
-    rows = to_table_rows(layout(values), 0, JSON_SCHEMA)
-    assert rows.column("id").to_pylist() == [0, None, None, 3, None, 5]
-    assert rows.column("__offset").to_pylist() == list(range(6))
+    rows = to_table_rows(layout(values), 0, JSON_SCHEMA, tier_columns=True)
+    assert rows.column("id").to_pylist() == [0, None, None, 3, None, 5, None]
+    assert rows.column("__offset").to_pylist() == list(range(7))
+    assert rows.column("__value").to_pylist() == values
 
 
 def test_without_schema_the_value_stays_binary() -> None:

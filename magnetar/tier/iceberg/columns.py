@@ -33,12 +33,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.json as pj
 
-from magnetar.tier.rows import decode_json, record_type
+from magnetar.tier.rows import decode_json, decode_json_values, record_type
 
 TS = pa.timestamp("us", tz="UTC")
 ENVELOPE = [
@@ -70,9 +68,6 @@ TIER_COLUMNS = [
 ]
 RECORD_SCHEMAS = ("JSON", "AVRO")
 DAY_MICROS = 86_400_000_000
-_NEWLINE = 0x0A
-_OPEN, _CLOSE = ord("{"), ord("}")
-_JSON_BLOCK = 4 << 20  # Arrow parses blocks of this many bytes on its threads
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,63 +138,13 @@ def to_table_rows(
 
 def _decode(layout: pa.Table, value_schema: ValueSchema, record: pa.StructType) -> pa.StructArray:
     if value_schema.type == "JSON":
-        fast = _decode_json_block(layout.column("value"), record)
-        if fast is not None:
-            return fast
-    raw = layout.column("value").to_pylist()
-    if value_schema.type == "JSON":
-        decoded: pa.Array = decode_json(raw, record)
+        decoded: pa.Array = decode_json_values(layout.column("value"), record)
     else:
+        raw = layout.column("value").to_pylist()
         versions = layout.column("schema_version").to_pylist()
         decoded = _decode_avro(raw, versions, value_schema.versions, record)
     assert isinstance(decoded, pa.StructArray)
     return decoded
-
-
-def _decode_json_block(values: pa.ChunkedArray, record: pa.StructType) -> pa.StructArray | None:
-    """Every value parsed at once by Arrow's JSON reader (one object per line), or None when
-    that cannot be exact: a null value, a newline inside a value, or any value that is not
-    an object fitting ``record`` — the per-row path then decides row by row."""
-    array = values.chunk(0) if values.num_chunks == 1 else values.combine_chunks()  # no copy
-    if len(array) == 0 or array.null_count or not _one_object_each(array):
-        return None
-    one_list = pa.ListArray.from_arrays(pa.array([0, len(array)], pa.int32()), array)
-    data = pc.binary_join(one_list, pa.scalar(b"\n"))[0].as_buffer()
-    if np.count_nonzero(np.frombuffer(data, np.uint8) == _NEWLINE) != len(array) - 1:
-        return None  # a newline inside a value: one line is not one value
-    options = pj.ParseOptions(
-        explicit_schema=pa.schema(list(record)), unexpected_field_behavior="ignore"
-    )
-    try:
-        table = pj.read_json(
-            pa.BufferReader(data),
-            read_options=pj.ReadOptions(block_size=_JSON_BLOCK),  # blocks: in parallel
-            parse_options=options,
-        )
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        return None
-    if table.num_rows != len(array):
-        return None
-    columns = [table.column(f.name).combine_chunks() for f in record]
-    return pa.StructArray.from_arrays(columns, fields=list(record))
-
-
-def _one_object_each(array: pa.Array) -> bool:
-    """True when every value starts with ``{`` and ends with ``}``. Arrow's reader makes a row
-    per object, not per line; joined by newlines (which no JSON string holds), such values
-    meet only at the top level (``}`` then ``{`` is valid nowhere else), so each is one or
-    more whole objects, and as many rows as values means exactly one object each. Without
-    this, a value of two objects beside an empty one would shift every later typed row."""
-    width = np.int64 if pa.types.is_large_binary(array.type) else np.int32
-    _, offsets_buf, data_buf = array.buffers()
-    if data_buf is None or data_buf.size == 0:
-        return False  # every value empty
-    offsets = np.frombuffer(offsets_buf, width)[array.offset : array.offset + len(array) + 1]
-    data = np.frombuffer(data_buf, np.uint8)
-    starts, ends = offsets[:-1].astype(np.int64), offsets[1:].astype(np.int64)
-    if bool((ends <= starts).any()):
-        return False  # an empty value
-    return bool((data[starts] == _OPEN).all() and (data[ends - 1] == _CLOSE).all())
 
 
 def _decode_avro(

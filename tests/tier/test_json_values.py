@@ -1,0 +1,80 @@
+"""Typed values from JSON: what fits a record type is what Arrow's JSON reader accepts, on
+the block path and row by row alike, and nothing a producer sends makes the decode fail."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pytest
+
+from magnetar.tier.rows import decode_json, decode_json_values
+
+RECORD = pa.struct(
+    [
+        pa.field("id", pa.int64()),
+        pa.field("n", pa.int32()),
+        pa.field("price", pa.float64()),
+        pa.field("ok", pa.bool_()),
+        pa.field("item", pa.string()),
+        pa.field("raw", pa.binary()),
+        pa.field("tags", pa.list_(pa.string())),
+        pa.field("ship", pa.struct([pa.field("city", pa.string()), pa.field("zip", pa.int32())])),
+    ]
+)
+NOTHING = dict.fromkeys(RECORD.names)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        '{"tags": "ab"}',  # pa.array alone: ["a", "b"]
+        '{"id": 5.5}',  # pa.array alone: 5
+        '{"id": 5.0}',
+        '{"id": 1e3}',
+        '{"id": true}',
+        '{"id": 9223372036854775808}',
+        '{"n": 3000000000}',
+        '{"price": "1.5"}',
+        '{"price": false}',
+        '{"ok": 1}',
+        '{"item": 5}',
+        '{"item": {"a": 1}}',
+        '{"item": "\\ud800"}',  # a lone surrogate: pa.array alone raises UnicodeEncodeError
+        '{"tags": ["x", "\\udc00"]}',
+        '{"ship": "x"}',
+        '{"ship": {"zip": "7"}}',
+        "[1, 2]",
+        "not json",
+    ],
+)
+def test_a_value_that_does_not_fit_leaves_its_row_null_on_both_paths(value: str) -> None:
+    good = {**NOTHING, "id": 1, "tags": ["x"], "ship": {"city": "c", "zip": 2}}
+    values = [json.dumps(good).encode(), value.encode()]
+    assert decode_json(values, RECORD).to_pylist() == [good, None]
+    assert decode_json_values(pa.array(values, pa.binary()), RECORD).to_pylist() == [good, None]
+
+
+def test_what_fits_reads_the_same_on_the_block_path_and_row_by_row() -> None:
+    values = [
+        '{"id": -9223372036854775808, "n": -2147483648, "price": 5, "ok": false}',
+        '{"item": "é \\u00e9 \\ud83d\\ude00", "raw": "abc", "tags": [], "ship": {"zip": 0}}',
+        '{"price": 1.5e3, "tags": [null, "t"], "ship": null, "extra": [1, {"x": 2}]}',
+        "{}",
+    ]
+    raw = [v.encode() for v in values]
+    block = decode_json_values(pa.array(raw, pa.binary()), RECORD)
+    rows = decode_json(raw, RECORD)
+    assert block.to_pylist() == rows.to_pylist()
+    assert rows.to_pylist()[0]["price"] == 5.0
+    assert rows.to_pylist()[1]["item"] == "é é 😀"
+    assert rows.to_pylist()[1]["raw"] == b"abc"
+    assert rows.to_pylist()[2]["tags"] == [None, "t"]
+
+
+def test_null_values_and_an_empty_column_decode_row_by_row() -> None:
+    assert decode_json_values(pa.array([None, b'{"id": 3}'], pa.binary()), RECORD).to_pylist() == [
+        None,
+        {**NOTHING, "id": 3},
+    ]
+    assert len(decode_json_values(pa.chunked_array([], pa.binary()), RECORD)) == 0
