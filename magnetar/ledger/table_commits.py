@@ -187,8 +187,9 @@ async def reconcile(ledger: ManagedLedger, tier: Tier, info: SegmentInfo) -> Seg
             return await ledger.storage.update_segment(
                 ledger.name, info.segment_id, state=SegmentState.OFFLOADED, offload=offload
             )
-        if present:
-            await asyncio.to_thread(tier.iceberg.remove, [files], "abandon")
+        # Not (wholly) committed: out of the table for good. The broker that ran the attempt
+        # may only be stalled, its commit still to come, after this owner deleted the files.
+        await asyncio.to_thread(tier.iceberg.fence, files)
     except Exception as e:
         log.warning(
             "cannot reconcile segment %s of %s with its table: %s", info.segment_id, ledger.name, e

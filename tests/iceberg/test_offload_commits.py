@@ -16,7 +16,14 @@ import pytest
 from magnetar.ledger import LedgerFactory, ManagedLedger
 from magnetar.ledger.errors import SegmentNotOffloadableError
 from magnetar.storage import SegmentState
-from magnetar.tier import IcebergCommitError, LocalObjectStore, S3ObjectStore
+from magnetar.tier import (
+    IcebergCommitError,
+    IcebergTables,
+    LocalObjectStore,
+    ObjectStoreUnavailableError,
+    S3ObjectStore,
+)
+from magnetar.tier.iceberg.columns import table_schema
 from tests.iceberg.conftest import OpenIcebergRig
 from tests.iceberg.rig import (
     ORDER_V1,
@@ -356,12 +363,18 @@ async def test_deleting_the_topic_empties_its_table_first(open_iceberg_rig: Open
 
 
 async def handed_over_twice(
-    rig: IcebergRig, monkeypatch: pytest.MonkeyPatch, segment_id: int, *, committed: bool
+    rig: IcebergRig,
+    monkeypatch: pytest.MonkeyPatch,
+    segment_id: int,
+    *,
+    committed: bool,
+    deletes_fail: bool = False,
 ) -> tuple[ManagedLedger, asyncio.Task[Any]]:
     """Broker A offloads ``segment_id`` and stops just before its table commit (or just
     after, when ``committed``); meanwhile the partition goes to broker B (whose open settles
-    A's cut-off attempt against the table) and back to A. Returns A's new ledger and A's
-    first offload, released and finished."""
+    A's cut-off attempt against the table) and back to A. With ``deletes_fail`` the store
+    refuses to delete objects meanwhile, so A's data files are still there when A goes on.
+    Returns A's new ledger and A's first offload, released and finished."""
     real = rig.tables.commit
     reached, go_on = threading.Event(), threading.Event()
 
@@ -379,6 +392,8 @@ async def handed_over_twice(
         assert await asyncio.to_thread(reached.wait, 30)
         await rig.engine.unload(rig.ledger.name)
         monkeypatch.setattr(rig.tables, "commit", real)
+        if deletes_fail:
+            monkeypatch.setattr(rig.tier.offloader, "delete_attempt", _store_refuses)
         await broker_b.open(rig.ledger.name)
         await rig.engine.unload(rig.ledger.name)
         again = await broker_a.open(rig.ledger.name)
@@ -386,6 +401,10 @@ async def handed_over_twice(
         go_on.set()
         await asyncio.wait([offloading])
     return again, offloading
+
+
+def _store_refuses(*args: Any) -> None:
+    raise ObjectStoreUnavailableError("the store refuses deletes now")
 
 
 async def test_a_commit_landing_after_two_handovers_is_taken_out_of_the_table(
@@ -431,3 +450,78 @@ async def test_a_commit_that_landed_before_two_handovers_is_adopted_not_dropped(
     assert rows.column("__offset").to_pylist() == list(range(seg.first_offset, seg.end_offset))
     await again.drop_local_copy(seg.segment_id)
     assert messages(await read_all(again)) == messages(local)
+
+
+async def test_a_commit_held_past_a_handover_is_fenced_out_while_its_files_still_exist(
+    open_iceberg_rig: OpenIcebergRig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As above, but B cannot delete A's data files, so A's late commit could read them and
+    land: B's open fenced A's attempt in the table, and the commit is refused. Without the
+    fence the table would reference files of an attempt its owner dropped (and hold the
+    segment's offsets twice once the owner offloads it again)."""
+    rig = await open_iceberg_rig()
+    await append_orders(rig.ledger, 0, 20, batch=1)
+    seg = rig.closed()[0]
+    again, offloading = await handed_over_twice(
+        rig, monkeypatch, seg.segment_id, committed=False, deletes_fail=True
+    )
+    with pytest.raises(IcebergCommitError, match="fenced"):
+        offloading.result()
+    assert data_files(rig.tables) == []
+    table = rig.tables.catalog.load_table("public.default.orders")
+    assert [k for k in table.properties if k.startswith("magnetar.fenced.")] != []
+    monkeypatch.undo()
+    await again.offload(seg.segment_id)
+    rows = read_table(rig.tables)
+    assert rows.column("__offset").to_pylist() == list(range(seg.first_offset, seg.end_offset))
+
+
+async def test_a_commit_that_loaded_the_table_before_a_fence_loses_its_race(
+    open_iceberg_rig: OpenIcebergRig, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The fence lands (from another broker's catalog connection) after the commit checked
+    the table and before it appended: the append is not re-applied on the new table
+    (pyiceberg's own retries are off for Magnetar's tables), Magnetar's retry looks again
+    and refuses, and nothing of the attempt is in the table."""
+    rig = await open_iceberg_rig()
+    await append_orders(rig.ledger, 0, 20, batch=1)
+    seg = rig.closed()[0]
+    other = IcebergTables.open(rig.tier.store, "sqlite", f"sqlite:///{tmp_path / 'iceberg.db'}")
+    real_commit, real_referenced = rig.tables.commit, rig.tables._referenced
+
+    def commit_raced(files):  # type: ignore[no-untyped-def]
+        def referenced_then_fenced(table, checked):  # type: ignore[no-untyped-def]
+            found = real_referenced(table, checked)
+            monkeypatch.setattr(rig.tables, "_referenced", real_referenced)
+            other.fence(files)  # the next owner, settling this attempt meanwhile
+            return found
+
+        monkeypatch.setattr(rig.tables, "_referenced", referenced_then_fenced)
+        return real_commit(files)
+
+    monkeypatch.setattr(rig.tables, "commit", commit_raced)
+    with pytest.raises(IcebergCommitError, match="fenced"):
+        await rig.ledger.offload(seg.segment_id)
+    assert data_files(rig.tables) == []
+    assert rig.ledger.segments()[0].state is SegmentState.CLOSED
+    monkeypatch.undo()
+    await rig.ledger.offload(seg.segment_id)
+    rows = read_table(rig.tables)
+    assert rows.column("__offset").to_pylist() == list(range(seg.first_offset, seg.end_offset))
+
+
+async def test_an_older_table_turns_pyicebergs_own_retries_off_at_its_next_offload(
+    open_iceberg_rig: OpenIcebergRig,
+) -> None:
+    rig = await open_iceberg_rig()
+    await append_orders(rig.ledger, 0, 20, batch=1)
+    rig.tables.catalog.create_namespace(("public", "default"))
+    made = rig.tables.catalog.create_table(
+        ("public", "default", "orders"), schema=table_schema(None, tier_columns=True)
+    )
+    assert "commit.retry.num-retries" not in made.properties
+    end = rig.closed()[-1].end_offset
+    await offload_closed(rig)
+    table = rig.tables.catalog.load_table("public.default.orders")
+    assert table.properties["commit.retry.num-retries"] == "0"
+    assert read_table(rig.tables).column("__offset").to_pylist() == list(range(end))

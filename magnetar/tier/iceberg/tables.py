@@ -12,7 +12,9 @@ published on one UTC day), they hold the typed columns and the columns that rebu
 original entries (batches, compression, Kafka record batches) byte for byte, so each
 message is stored once. They are registered with ``add_files`` in one append snapshot whose
 summary names the segment and its offsets (``magnetar.segments``): what an attempt wrote is
-found and deleted by its id, and a reader can tell which offsets a snapshot added.
+found and deleted by its id, and a reader can tell which offsets a snapshot added. The next
+owner of a segment whose attempt another broker may still be running fences that attempt
+(:meth:`IcebergTables.fence`): its commit is refused from then on.
 
 Segments offloaded before the catalog (or before this layout: ``data.parquet`` plus
 ``iceberg-<day>.pq`` files) keep their objects; :meth:`IcebergTables.write_files` makes
@@ -57,8 +59,14 @@ SEGMENTS_PROPERTY = "magnetar.segments"
 OPERATION_PROPERTY = "magnetar.operation"
 COMMIT_TRIES = 20
 # A segment per append would leave a manifest per segment for every scan to open: merge them
-# (Iceberg's default merge thresholds: 100 manifests, 8 MB).
-TABLE_PROPERTIES = {"commit.manifest-merge.enabled": "true"}
+# (Iceberg's default merge thresholds: 100 manifests, 8 MB). A commit that loses its race is
+# not re-applied by pyiceberg on top of a table nobody checked (its default retries): it
+# fails, and Magnetar decides again on the new table (_retry_lost_commits).
+NO_REBASE = {"commit.retry.num-retries": "0"}
+TABLE_PROPERTIES = {"commit.manifest-merge.enabled": "true", **NO_REBASE}
+# table property FENCE_PROPERTY + attempt id: that offload attempt may never commit
+FENCE_PROPERTY = "magnetar.fenced."
+FENCE_KEEP_MS = 7 * 24 * 3600 * 1000  # fences older than this go when another is written
 _T = TypeVar("_T")
 
 
@@ -204,6 +212,13 @@ class IcebergTables:
 
     def _ensure_table(self, ident: tuple[str, str, str], schema: pa.Schema) -> Table:
         table = self._load_or_create(ident, schema)
+        if any(table.properties.get(k) != v for k, v in NO_REBASE.items()):
+            for _ in range(COMMIT_TRIES):  # a table made before Magnetar set it
+                try:
+                    table = table.transaction().set_properties(NO_REBASE).commit_transaction()
+                    break
+                except _commit_failed():
+                    table = self.catalog.load_table(ident)
         missing = [f for f in schema if f.name not in _names(table)]
         widened = _widened(table, schema)
         if missing or widened:
@@ -269,6 +284,11 @@ class IcebergTables:
 
         def attempt() -> int:
             table = catalog.load_table(ident)
+            if FENCE_PROPERTY + files.attempt in table.properties:
+                raise IcebergCommitError(
+                    f"{ident}: offload attempt {files.attempt} of segment {files.segment_id} "
+                    "was fenced by the segment's next owner; it is not committed"
+                )
             present = self._referenced(table, files)
             if present == set(uris):
                 return _snapshot_id(table)
@@ -287,6 +307,51 @@ class IcebergTables:
 
         with self._lock:
             return _retry_lost_commits(ident, attempt)
+
+    def fence(self, files: SegmentFiles) -> None:
+        """Shut the offload attempt ``files.attempt`` out of the table for good, for the
+        segment's next owner settling an attempt that another broker (stalled, cut off from
+        ZooKeeper) may still be running: the attempt's files the table references leave it,
+        and its commit, if it has not landed, never will (:meth:`commit` refuses a fenced
+        attempt). The fence is a table property written in an overwrite snapshot, so a
+        commit that loaded the table before it loses its race and looks again. Durable
+        when this returns; a no-op for an attempt already fenced with nothing in the table."""
+        from pyiceberg.exceptions import NoSuchTableError
+
+        ident = identifier(files.partition)
+        props = {
+            SEGMENTS_PROPERTY: json.dumps([files.summary()]),
+            OPERATION_PROPERTY: "fence",
+        }
+
+        def attempt() -> None:
+            try:
+                table = self._catalog_now().load_table(ident)
+            except NoSuchTableError:
+                return  # an attempt's commit needs its table: none was ever made
+            uris = {self.uri(k) for k in files.keys}
+            doomed = [f for f in self._data_files(table, files) if f.file_path in uris]
+            key = FENCE_PROPERTY + files.attempt
+            if key in table.properties and not doomed:
+                return
+            now = int(time.time() * 1000)
+            stale = [
+                k
+                for k, v in table.properties.items()
+                if k.startswith(FENCE_PROPERTY) and k != key and _fenced_ms(v) < now - FENCE_KEEP_MS
+            ]
+            fence = {"segment": f"{files.partition}/{files.segment_id}", "ms": now}
+            with table.transaction() as tx:
+                tx.set_properties({key: json.dumps(fence)})
+                if stale:
+                    tx.remove_properties(*stale)
+                with tx.update_snapshot(snapshot_properties=props).overwrite() as change:
+                    for data_file in doomed:
+                        change.delete_data_file(data_file)
+
+        self.catalog  # noqa: B018 - connect before taking the lock
+        with self._lock:
+            _retry_lost_commits(ident, attempt)
 
     def referenced(self, files: SegmentFiles) -> set[str]:
         """Which of ``files`` (as URIs) the table's current snapshot references."""
@@ -521,6 +586,13 @@ def _widened(table: Table, schema: pa.Schema) -> bool:
 def _snapshot_id(table: Table) -> int:
     snap = table.current_snapshot()
     return -1 if snap is None else int(snap.snapshot_id)
+
+
+def _fenced_ms(value: str) -> int:
+    try:
+        return int(json.loads(value).get("ms", 0))
+    except (ValueError, TypeError, AttributeError):
+        return 0
 
 
 def _retry_lost_commits(ident: tuple[str, str, str], attempt: Callable[[], _T]) -> _T:
