@@ -41,6 +41,7 @@ BASE_DDL = (
 _NEWLINE = 0x0A
 _OPEN, _CLOSE = ord("{"), ord("}")
 _JSON_BLOCK = 4 << 20  # Arrow parses blocks of this many bytes on its threads
+_ROWS_BY_ROW = 64  # a block the reader refuses is decoded row by row from this size down
 PARQUET_COLUMNS = [
     "key",
     "value",
@@ -145,14 +146,41 @@ def _field_type(t: Any) -> tuple[pa.DataType, str] | None:
 
 
 def decode_json_values(values: pa.Array | pa.ChunkedArray, data_type: pa.DataType) -> pa.Array:
-    """:func:`decode_json` of a binary column: parsed at once by Arrow's JSON reader when
-    that is exact (every value one object on one line, each fitting), else row by row."""
-    chunked = values if isinstance(values, pa.ChunkedArray) else pa.chunked_array([values])
-    if isinstance(data_type, pa.StructType):
-        fast = _decode_json_block(chunked, data_type)
-        if fast is not None:
-            return fast
-    return decode_json(chunked.to_pylist(), data_type)
+    """:func:`decode_json` of a binary column: parsed by Arrow's JSON reader where that is
+    exact (every value one object on one line, each fitting), row by row elsewhere. Null
+    values (tombstones) are set aside first: their rows are null."""
+    if isinstance(values, pa.ChunkedArray):
+        values = values.chunk(0) if values.num_chunks == 1 else values.combine_chunks()
+    if not isinstance(data_type, pa.StructType):
+        return decode_json(values.to_pylist(), data_type)
+    if not values.null_count:
+        return _decode_halves(values, data_type, [2 * len(values)])
+    valid = values.is_valid().to_numpy(zero_copy_only=False)
+    present = values.filter(pa.array(valid))
+    decoded = _decode_halves(present, data_type, [2 * len(present)])
+    where = np.cumsum(valid) - 1
+    return decoded.take(pa.array(where, pa.int64(), mask=~valid))
+
+
+def _decode_halves(values: pa.Array, record: pa.StructType, budget: list[int]) -> pa.Array:
+    """A block the reader refuses (a value that does not fit) is halved until the parts it
+    takes are found: a few such values among many cost a few block reads, not a Python
+    decode of every row (ten times slower). Refused reads spend ``budget`` (rows; twice
+    the column); once it is spent, refused blocks go row by row: with many such values
+    halving would cost more than it saves."""
+    fast = _decode_json_block(values, record)
+    if fast is not None:
+        return fast
+    budget[0] -= len(values)
+    if len(values) <= _ROWS_BY_ROW or budget[0] < 0:
+        return decode_json(values.to_pylist(), record)
+    half = len(values) // 2
+    return pa.concat_arrays(
+        [
+            _decode_halves(values.slice(0, half), record, budget),
+            _decode_halves(values.slice(half), record, budget),
+        ]
+    )
 
 
 def decode_json(values: list[bytes | None], data_type: pa.DataType) -> pa.Array:
@@ -225,11 +253,10 @@ def _utf8(text: str) -> bool:
     return True
 
 
-def _decode_json_block(values: pa.ChunkedArray, record: pa.StructType) -> pa.StructArray | None:
+def _decode_json_block(array: pa.Array, record: pa.StructType) -> pa.StructArray | None:
     """Every value parsed at once by Arrow's JSON reader (one object per line), or None when
     that cannot be exact: a null value, a newline inside a value, or any value that is not
     an object fitting ``record`` — the per-row path then decides row by row."""
-    array = values.chunk(0) if values.num_chunks == 1 else values.combine_chunks()  # no copy
     if len(array) == 0 or array.null_count or not _one_object_each(array):
         return None
     one_list = pa.ListArray.from_arrays(pa.array([0, len(array)], pa.int32()), array)

@@ -78,3 +78,21 @@ def test_null_values_and_an_empty_column_decode_row_by_row() -> None:
         {**NOTHING, "id": 3},
     ]
     assert len(decode_json_values(pa.chunked_array([], pa.binary()), RECORD)) == 0
+    assert decode_json_values(pa.array([None, None], pa.binary()), RECORD).to_pylist() == [None] * 2
+
+
+@pytest.mark.parametrize("bad_rows", [[0], [299], [150], [3, 64, 65, 200], list(range(0, 300, 7))])
+def test_values_that_do_not_fit_among_many_leave_only_their_rows_null(bad_rows: list[int]) -> None:
+    """Arrow's reader refuses a block with one bad value: the block is halved until the
+    good parts read as blocks, and each bad value still types only its own row."""
+    values: list[bytes | None] = [
+        json.dumps({"id": i, "tags": [str(i)], "ship": {"zip": i}}).encode() for i in range(300)
+    ]
+    for i in bad_rows:
+        values[i] = None if i % 2 else b'{"id": "%d"}' % i
+    got = decode_json_values(
+        pa.chunked_array([pa.array(values[:100]), pa.array(values[100:])]), RECORD
+    )
+    assert got.to_pylist() == decode_json(values, RECORD).to_pylist()
+    assert [i for i, row in enumerate(got.to_pylist()) if row is None] == bad_rows
+    assert got.type == RECORD
