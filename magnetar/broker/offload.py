@@ -21,6 +21,7 @@ from magnetar.broker.errors import InvalidRequestError
 from magnetar.broker.schemas import RECORD_TYPES
 from magnetar.broker.topic import Topic
 from magnetar.core.clock import SYSTEM_CLOCK, Clock
+from magnetar.core.errors import MagnetarError
 from magnetar.ledger import SegmentState, ValueSchema
 from magnetar.ledger import SegmentView as SegmentInfo
 from magnetar.ledger.errors import SegmentNotOffloadableError
@@ -112,10 +113,14 @@ class OffloadService:
     async def sweep(self) -> None:
         """Start the offloads the policies ask for and drop local copies past their lag, on
         every loaded topic. A topic that fails (deleted meanwhile, say) is logged and skipped:
-        it never stops the others."""
+        it never stops the others. Magnetar's own errors (a metadata store between sessions,
+        a partition released meanwhile) are expected and retried by the next sweep: one line
+        each; anything else with its traceback."""
         for topic in list(self.broker.topics.values()):
             try:
                 await self._sweep_topic(topic)
+            except MagnetarError as e:
+                log.warning("offload sweep of %s failed, retried next sweep: %s", topic.name, e)
             except Exception:
                 log.exception("offload sweep of %s failed", topic.name)
 
