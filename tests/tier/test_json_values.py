@@ -8,6 +8,7 @@ import json
 import pyarrow as pa
 import pytest
 
+from magnetar.tier import rows
 from magnetar.tier.rows import decode_json, decode_json_values
 
 RECORD = pa.struct(
@@ -82,17 +83,31 @@ def test_null_values_and_an_empty_column_decode_row_by_row() -> None:
 
 
 @pytest.mark.parametrize("bad_rows", [[0], [299], [150], [3, 64, 65, 200], list(range(0, 300, 7))])
-def test_values_that_do_not_fit_among_many_leave_only_their_rows_null(bad_rows: list[int]) -> None:
-    """Arrow's reader refuses a block with one bad value: the block is halved until the
-    good parts read as blocks, and each bad value still types only its own row."""
+def test_values_that_do_not_fit_among_many_leave_only_their_rows_null(
+    bad_rows: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Arrow's reader refuses a block with one bad value: the block is cut until the good
+    parts read as blocks, and each bad value still types only its own row. (Parts made
+    small, so that 300 values are cut three times over.)"""
+    monkeypatch.setattr(rows, "_ROWS_BY_ROW", 8)
+    monkeypatch.setattr(rows, "_PARTS", 4)
+    reads: list[int] = []
+    real_read = rows._decode_json_block
+
+    def counted(values: pa.Array, record: pa.StructType) -> pa.StructArray | None:
+        reads.append(len(values))
+        return real_read(values, record)
+
+    monkeypatch.setattr(rows, "_decode_json_block", counted)
     values: list[bytes | None] = [
         json.dumps({"id": i, "tags": [str(i)], "ship": {"zip": i}}).encode() for i in range(300)
     ]
     for i in bad_rows:
-        values[i] = None if i % 2 else b'{"id": "%d"}' % i
+        values[i] = None if i % 3 == 1 else b'{"id": "%d"}' % i
     got = decode_json_values(
         pa.chunked_array([pa.array(values[:100]), pa.array(values[100:])]), RECORD
     )
     assert got.to_pylist() == decode_json(values, RECORD).to_pylist()
     assert [i for i, row in enumerate(got.to_pylist()) if row is None] == bad_rows
     assert got.type == RECORD
+    assert len(reads) > 1  # cut, not decoded row by row whole
