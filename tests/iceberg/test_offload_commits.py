@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from magnetar.tier import (
     LocalObjectStore,
     ObjectStoreUnavailableError,
     S3ObjectStore,
+    SegmentFiles,
 )
 from magnetar.tier.iceberg.columns import table_schema
 from tests.iceberg.conftest import OpenIcebergRig
@@ -525,3 +527,28 @@ async def test_an_older_table_turns_pyicebergs_own_retries_off_at_its_next_offlo
     table = rig.tables.catalog.load_table("public.default.orders")
     assert table.properties["commit.retry.num-retries"] == "0"
     assert read_table(rig.tables).column("__offset").to_pylist() == list(range(end))
+
+
+async def test_fences_older_than_a_week_go_when_the_next_is_written(
+    open_iceberg_rig: OpenIcebergRig,
+) -> None:
+    rig = await open_iceberg_rig()
+    name = rig.ledger.name
+    rig.tables.ensure_table(name, table_schema(None, tier_columns=True))
+    table = rig.tables.catalog.load_table("public.default.orders")
+    week_and_a_day = int(time.time() * 1000) - 8 * 24 * 3600 * 1000
+    old = {"segment": f"{name}/1", "ms": week_and_a_day}
+    table.transaction().set_properties(
+        {"magnetar.fenced.old": json.dumps(old)}
+    ).commit_transaction()
+    snapshots = len(table.snapshots())
+    rig.tables.fence(SegmentFiles(name, 2, 0, 9, "new", ()))
+    rig.tables.fence(SegmentFiles(name, 2, 0, 9, "new", ()))  # again: nothing changes
+    table = rig.tables.catalog.load_table("public.default.orders")
+    fences = {
+        k: json.loads(v) for k, v in table.properties.items() if k.startswith("magnetar.fenced.")
+    }
+    assert list(fences) == ["magnetar.fenced.new"]
+    assert fences["magnetar.fenced.new"]["segment"] == f"{name}/2"
+    assert len(table.snapshots()) == snapshots + 1
+    assert table.current_snapshot().summary["magnetar.operation"] == "fence"
