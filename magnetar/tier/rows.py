@@ -210,10 +210,11 @@ def decode_json(values: list[bytes | None], data_type: pa.DataType) -> pa.Array:
     try:
         return pa.array(decoded, type=data_type)
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, UnicodeError):
-        return pa.array([_fits(d, data_type) for d in decoded], type=data_type)
+        return pa.array([row_or_none(d, data_type) for d in decoded], type=data_type)
 
 
-def _fits(value: dict[str, Any] | None, data_type: pa.DataType) -> dict[str, Any] | None:
+def row_or_none(value: dict[str, Any] | None, data_type: pa.DataType) -> dict[str, Any] | None:
+    """``value`` if Arrow takes it as a ``data_type`` row, else None."""
     try:
         pa.array([value], type=data_type)
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, UnicodeError):

@@ -3,6 +3,7 @@ for a clean block, row by row otherwise), binary values without a schema, days."
 
 from __future__ import annotations
 
+import io
 import json
 
 import pyarrow as pa
@@ -102,3 +103,57 @@ def test_a_value_holding_two_objects_never_shifts_the_typed_rows() -> None:
     for values in ([two.encode(), b""], [s.encode() for s in split]):
         rows = to_table_rows(layout([*values, json.dumps(order(4)).encode()]), 0, JSON_SCHEMA)
         assert rows.column("id").to_pylist() == [None, None, 4]
+
+
+EVENT_V1 = {
+    "type": "record",
+    "name": "Event",
+    "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+        {"name": "day", "type": {"type": "int", "logicalType": "date"}},
+        {"name": "ref", "type": {"type": "string", "logicalType": "uuid"}},
+        {
+            "name": "amount",
+            "type": {"type": "bytes", "logicalType": "decimal", "precision": 9, "scale": 2},
+        },
+    ],
+}
+
+
+def test_avro_logical_types_are_typed_as_the_values_they_are_stored_as() -> None:
+    """fastavro hands out a datetime for a timestamp-millis field, which the column (a long,
+    as the field is stored) cannot hold: such a topic failed every offload. Now the values
+    read as stored; a value with bytes after it is not one of the schema's."""
+    import datetime
+    import decimal
+    import uuid
+
+    import fastavro
+
+    parsed = fastavro.parse_schema(EVENT_V1)
+    at = datetime.datetime(2026, 11, 27, 12, 0, tzinfo=datetime.UTC)
+    ref = uuid.UUID(int=7)
+
+    def encoded(i: int) -> bytes:
+        out = io.BytesIO()
+        event = {
+            "id": i,
+            "at": at,
+            "day": datetime.date(2026, 11, 27),
+            "ref": ref,
+            "amount": decimal.Decimal("12.34"),
+        }
+        fastavro.schemaless_writer(out, parsed, event)
+        return out.getvalue()
+
+    values = [encoded(0), encoded(1) + b"\x00", encoded(2)]
+    rows = to_table_rows(layout(values), 0, ValueSchema("AVRO", (EVENT_V1,)))
+    typed = rows.select(["id", "at", "day", "ref", "amount"]).to_pylist()
+    stored = {
+        "at": int(at.timestamp() * 1000),
+        "day": (datetime.date(2026, 11, 27) - datetime.date(1970, 1, 1)).days,
+        "ref": str(ref),
+        "amount": (1234).to_bytes(2, "big"),
+    }
+    assert typed == [{"id": 0, **stored}, dict.fromkeys(typed[0]), {"id": 2, **stored}]

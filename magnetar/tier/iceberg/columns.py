@@ -28,7 +28,6 @@ the original bytes, are still there.
 from __future__ import annotations
 
 import io
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,7 +35,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from magnetar.tier.rows import decode_json, decode_json_values, record_type
+from magnetar.tier.rows import decode_json_values, record_type, row_or_none
 
 TS = pa.timestamp("us", tz="UTC")
 ENVELOPE = [
@@ -162,16 +161,30 @@ def _decode_avro(
     for value, version in zip(raw, versions, strict=True):
         v = latest if version is None or not 0 <= version <= latest else version
         if v not in parsed:
-            parsed[v] = fastavro.parse_schema(definitions[v])
+            parsed[v] = fastavro.parse_schema(_underlying(definitions[v]))
+        stream = io.BytesIO(value or b"")
         try:
-            obj = fastavro.schemaless_reader(io.BytesIO(value or b""), parsed[v], None)
+            obj = fastavro.schemaless_reader(stream, parsed[v], None)
         except Exception:  # a value that is not what its schema says: typed columns null
             obj = None
+        if stream.tell() != len(value or b""):
+            obj = None  # bytes after the value: not a value of this schema
         rows.append({k: obj.get(k) for k in names} if isinstance(obj, dict) else None)
     try:
         return pa.array(rows, type=record)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
-        return decode_json([None if r is None else json.dumps(r).encode() for r in rows], record)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, UnicodeError):
+        return pa.array([row_or_none(r, record) for r in rows], type=record)
+
+
+def _underlying(definition: Any) -> Any:
+    """An Avro schema without its logical types: a ``timestamp-millis`` field reads as the
+    long it is stored as, which is the column's type (:func:`record_type` maps a field to
+    its underlying type), not as a datetime the column cannot hold."""
+    if isinstance(definition, dict):
+        return {k: _underlying(v) for k, v in definition.items() if k != "logicalType"}
+    if isinstance(definition, list):
+        return [_underlying(d) for d in definition]
+    return definition
 
 
 def _days(rows: pa.Table) -> pa.Array:
