@@ -7,6 +7,8 @@ import json
 
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from magnetar.tier import rows
 from magnetar.tier.rows import decode_json, decode_json_values
@@ -111,3 +113,43 @@ def test_values_that_do_not_fit_among_many_leave_only_their_rows_null(
     assert [i for i, row in enumerate(got.to_pylist()) if row is None] == bad_rows
     assert got.type == RECORD
     assert len(reads) > 1  # cut, not decoded row by row whole
+
+
+_TEXT = st.one_of(st.text(max_size=8), st.sampled_from(["\ud800", "a\udc00b", "\n", "é"]))
+_JSON = st.recursive(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(-(2**70), 2**70),
+        st.floats(allow_nan=False, allow_infinity=False),
+        _TEXT,
+    ),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.sampled_from(RECORD.names), inner)
+    ),
+    max_leaves=6,
+)
+_VALUE = st.one_of(
+    st.fixed_dictionaries({}, optional={name: _JSON for name in RECORD.names}).map(
+        lambda obj: json.dumps(obj).encode()
+    ),
+    _JSON.map(lambda obj: json.dumps(obj).encode()),
+    st.binary(max_size=12),
+    st.none(),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_VALUE, max_size=40))
+def test_any_values_decode_without_failing_and_alike_on_both_paths(
+    values: list[bytes | None],
+) -> None:
+    """Whatever a producer sends, the typed decode never raises (one that did failed its
+    segment's offload on every retry), and the block path, cut into parts of two, types
+    each row as the row path does."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(rows, "_ROWS_BY_ROW", 2)
+        patch.setattr(rows, "_PARTS", 2)
+        got = decode_json_values(pa.array(values, pa.binary()), RECORD)
+    assert got.to_pylist() == decode_json(values, RECORD).to_pylist()
+    assert got.type == RECORD and len(got) == len(values)
