@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import io
 import json
+from typing import Any
 
 import pyarrow as pa
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from magnetar.tier.iceberg.columns import ValueSchema, split_by_day, table_schema, to_table_rows
 from magnetar.tier.parquet import SCHEMA
@@ -157,3 +160,77 @@ def test_avro_logical_types_are_typed_as_the_values_they_are_stored_as() -> None
         "amount": (1234).to_bytes(2, "big"),
     }
     assert typed == [{"id": 0, **stored}, dict.fromkeys(typed[0]), {"id": 2, **stored}]
+
+
+NESTED_V1 = {
+    "type": "record",
+    "name": "Nested",
+    "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "tags", "type": {"type": "array", "items": "string"}},
+        {"name": "note", "type": ["null", "string"], "default": None},
+        {"name": "raw", "type": "bytes"},
+        {"name": "at", "type": {"type": "long", "logicalType": "timestamp-micros"}},
+        {
+            "name": "ship",
+            "type": {
+                "type": "record",
+                "name": "Ship",
+                "fields": [{"name": "zip", "type": "int"}, {"name": "ok", "type": "boolean"}],
+            },
+        },
+    ],
+}
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.fixed_dictionaries(
+                {
+                    "id": st.integers(-(2**63), 2**63 - 1),
+                    "tags": st.lists(st.text(max_size=5), max_size=3),
+                    "note": st.one_of(st.none(), st.text(max_size=5)),
+                    "raw": st.binary(max_size=5),
+                    "at": st.integers(0, 2**50),
+                    "ship": st.fixed_dictionaries(
+                        {"zip": st.integers(-(2**31), 2**31 - 1), "ok": st.booleans()}
+                    ),
+                }
+            ),
+            st.binary(max_size=20),
+            st.none(),
+        ),
+        max_size=20,
+    )
+)
+def test_any_avro_values_decode_without_failing(
+    values: list[dict[str, Any] | bytes | None],
+) -> None:
+    """Events of the schema are typed as written; random bytes and nulls never fail the
+    decode (typed columns null where the bytes are not one of the schema's values)."""
+    import fastavro
+
+    parsed = fastavro.parse_schema(_plain_schema(NESTED_V1))
+
+    def encoded(value: dict[str, Any] | bytes | None) -> bytes | None:
+        if not isinstance(value, dict):
+            return value
+        out = io.BytesIO()
+        fastavro.schemaless_writer(out, parsed, value)
+        return out.getvalue()
+
+    rows = to_table_rows(layout([encoded(v) for v in values]), 0, ValueSchema("AVRO", (NESTED_V1,)))
+    typed = rows.select(["id", "tags", "note", "raw", "at", "ship"]).to_pylist()
+    for value, row in zip(values, typed, strict=True):
+        if isinstance(value, dict):
+            assert row == value
+        elif value is None:
+            assert row == dict.fromkeys(row)
+
+
+def _plain_schema(definition: Any) -> Any:
+    if isinstance(definition, dict):
+        return {k: _plain_schema(v) for k, v in definition.items() if k != "logicalType"}
+    return [_plain_schema(d) for d in definition] if isinstance(definition, list) else definition
