@@ -260,7 +260,8 @@ async def register(
     keys = await asyncio.to_thread(
         tier.iceberg.write_files, ledger.name, segment_id, prefix, rows, value_schema
     )
-    intent = {"attempt": live or "", "files": keys, "committed": False}
+    # an id of its own, so that a next owner settling this registration can fence it
+    intent = {"attempt": f"register-{attempts.new_attempt()}", "files": keys, "committed": False}
     offload = dict(info.offload or {})
     info = await ledger.storage.update_segment(
         ledger.name, segment_id, offload={**offload, "iceberg": intent}
@@ -298,8 +299,8 @@ async def settle_registration(
                 "table": ".".join(identifier(ledger.name)),
             }
         else:
-            if present:
-                await asyncio.to_thread(tier.iceberg.remove, [files], "abandon")
+            # out of the table for good: the broker that registered may only be stalled
+            await asyncio.to_thread(tier.iceberg.fence, files)
             for key in files.keys:
                 await asyncio.to_thread(tier.store.delete, key)
             offload.pop("iceberg", None)

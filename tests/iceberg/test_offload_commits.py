@@ -552,3 +552,50 @@ async def test_fences_older_than_a_week_go_when_the_next_is_written(
     assert fences["magnetar.fenced.new"]["segment"] == f"{name}/2"
     assert len(table.snapshots()) == snapshots + 1
     assert table.current_snapshot().summary["magnetar.operation"] == "fence"
+
+
+async def test_a_registration_held_past_a_handover_is_fenced_out(
+    open_iceberg_rig: OpenIcebergRig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The backfill's registration of a segment offloaded before the catalog has the same
+    window: broker A records its intent and is held before the commit while the partition
+    goes to B (whose open fences the registration; the store refuses to delete its files
+    then) and back. A's commit, which could read its files, is refused; the owner's next
+    registration, an attempt of its own, adds the rows once."""
+    rig = await open_iceberg_rig()
+    tables, rig.tier.iceberg = rig.tier.iceberg, None  # no catalog yet
+    await append_orders(rig.ledger, 0, 20, batch=1)
+    segment_id = (await offload_closed(rig))[0]
+    rig.tier.iceberg = tables
+    real = tables.commit
+    reached, go_on = threading.Event(), threading.Event()
+
+    def commit_held(files):  # type: ignore[no-untyped-def]
+        reached.set()
+        go_on.wait(30)
+        return real(files)
+
+    monkeypatch.setattr(tables, "commit", commit_held)
+    broker_a, broker_b = LedgerFactory(rig.engine, rig.tier), LedgerFactory(rig.engine, rig.tier)
+    first = await broker_a.open(rig.ledger.name)
+    registering = asyncio.create_task(first.register_in_table(segment_id))
+    try:
+        assert await asyncio.to_thread(reached.wait, 30)
+        await rig.engine.unload(rig.ledger.name)
+        monkeypatch.setattr(tables, "commit", real)
+        monkeypatch.setattr(rig.tier.store, "delete", _store_refuses)
+        await broker_b.open(rig.ledger.name)
+        await rig.engine.unload(rig.ledger.name)
+    finally:
+        go_on.set()  # A's commit goes on while its files are still there
+        await asyncio.wait([registering])
+    with pytest.raises(IcebergCommitError, match="fenced"):
+        registering.result()
+    monkeypatch.undo()
+    again = await broker_a.open(rig.ledger.name)
+    assert data_files(tables) == []
+    done = await again.register_in_table(segment_id)
+    assert done.offload is not None and done.offload["iceberg"]["committed"] is True
+    seg = next(s for s in again.segments() if s.segment_id == segment_id)
+    rows = read_table(tables)
+    assert rows.column("__offset").to_pylist() == list(range(seg.first_offset, seg.end_offset))

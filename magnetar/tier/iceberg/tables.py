@@ -286,8 +286,8 @@ class IcebergTables:
             table = catalog.load_table(ident)
             if FENCE_PROPERTY + files.attempt in table.properties:
                 raise IcebergCommitError(
-                    f"{ident}: offload attempt {files.attempt} of segment {files.segment_id} "
-                    "was fenced by the segment's next owner; it is not committed"
+                    f"{ident}: attempt {files.attempt} of segment {files.segment_id} was "
+                    "fenced by the segment's next owner; it is not committed"
                 )
             present = self._referenced(table, files)
             if present == set(uris):
@@ -309,9 +309,10 @@ class IcebergTables:
             return _retry_lost_commits(ident, attempt)
 
     def fence(self, files: SegmentFiles) -> None:
-        """Shut the offload attempt ``files.attempt`` out of the table for good, for the
-        segment's next owner settling an attempt that another broker (stalled, cut off from
-        ZooKeeper) may still be running: the attempt's files the table references leave it,
+        """Shut the attempt ``files.attempt`` (an offload or a registration) out of the
+        table for good, for the segment's next owner settling an attempt that another
+        broker (stalled, cut off from ZooKeeper) may still be running: the attempt's files
+        the table references leave it,
         and its commit, if it has not landed, never will (:meth:`commit` refuses a fenced
         attempt). The fence is a table property written in an overwrite snapshot, so a
         commit that loaded the table before it loses its race and looks again. Durable
