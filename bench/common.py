@@ -13,7 +13,8 @@ import os
 import platform
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,16 @@ from typing import Any
 MB = 1_000_000
 RESULTS_DIR = Path(__file__).resolve().parent / "results"  # gitignored
 MEMORY_FILESYSTEMS = frozenset({"tmpfs", "ramfs"})
+
+
+def best_seconds(work: Callable[[], object], repeat: int) -> float:
+    """The fastest of ``repeat`` runs of ``work``, in seconds."""
+    runs = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        work()
+        runs.append(time.perf_counter() - start)
+    return min(runs)
 
 
 def percentile(values: Sequence[float], q: float) -> float:

@@ -24,8 +24,7 @@ from __future__ import annotations
 import argparse
 import io
 import sys
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,7 @@ import pyarrow.parquet as pq
 
 from bench.common import (
     RESULTS_DIR,
+    best_seconds,
     fmt_rate,
     machine_info,
     render_markdown_table,
@@ -143,15 +143,6 @@ def build_entries(scenario: Scenario, entries: int, batch: int) -> list[Entry]:
 
 
 # -- measuring ----------------------------------------------------------------------------------
-
-
-def best_seconds(work: Callable[[], object], repeat: int) -> float:
-    runs = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        work()
-        runs.append(time.perf_counter() - start)
-    return min(runs)
 
 
 def parquet_bytes(table: pa.Table) -> bytes:

@@ -23,8 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
-from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
@@ -33,6 +31,7 @@ import pyarrow.json as pj
 
 from bench.common import (
     RESULTS_DIR,
+    best_seconds,
     fmt_rate,
     machine_info,
     render_markdown_table,
@@ -40,43 +39,18 @@ from bench.common import (
     utc_now,
     write_json,
 )
-from magnetar.tier.rows import decode_json, decode_json_values
+from bench.tiered_iceberg import ORDER, order
+from magnetar.tier.rows import decode_json, decode_json_values, record_type
 
-RECORD = pa.struct(
-    [
-        pa.field("id", pa.int64()),
-        pa.field("item", pa.string()),
-        pa.field("price", pa.float64()),
-        pa.field("ship", pa.struct([pa.field("city", pa.string()), pa.field("zip", pa.int32())])),
-    ]
-)
+RECORD = record_type(ORDER)[0]
 BAD_COUNTS = (0, 1, 10, 100, 1000)
 
 
 def values(rows: int, bad: int) -> list[bytes]:
-    out = [
-        json.dumps(
-            {
-                "id": i,
-                "item": f"item-{i:08d}",
-                "price": i * 0.25,
-                "ship": {"city": f"city-{i % 97}", "zip": i % 100_000},
-            }
-        ).encode()
-        for i in range(rows)
-    ]
+    out = [json.dumps(order(i)).encode() for i in range(rows)]
     for k in range(bad):
         out[(2 * k + 1) * rows // (2 * bad)] = b'{"id": "x"}'
     return out
-
-
-def best_seconds(work: Callable[[], object], repeat: int) -> float:
-    runs = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        work()
-        runs.append(time.perf_counter() - start)
-    return min(runs)
 
 
 def peer(raw: list[bytes]) -> pa.Table:

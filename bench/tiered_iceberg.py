@@ -94,18 +94,18 @@ class Pair:
         }
 
 
+def order(i: int) -> dict[str, Any]:
+    """The ``i``-th order, a value of :data:`ORDER`."""
+    return {
+        "id": i,
+        "item": f"item-{i:08d}",
+        "price": i * 0.25,
+        "ship": {"city": f"city-{i % 97}", "zip": i % 100_000},
+    }
+
+
 def _batch(first: int, size: int) -> bytes:
-    values = [
-        json.dumps(
-            {
-                "id": i,
-                "item": f"item-{i:08d}",
-                "price": i * 0.25,
-                "ship": {"city": f"city-{i % 97}", "zip": i % 100_000},
-            }
-        ).encode()
-        for i in range(first, first + size)
-    ]
+    values = [json.dumps(order(i)).encode() for i in range(first, first + size)]
     batch = [BatchedMessage(pb.SingleMessageMetadata(), v) for v in values]
     meta = pb.MessageMetadata(
         producer_name="bench", sequence_id=first, publish_time=0, num_messages_in_batch=size

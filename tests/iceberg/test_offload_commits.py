@@ -378,15 +378,7 @@ async def handed_over_twice(
     refuses to delete objects meanwhile, so A's data files are still there when A goes on.
     Returns A's new ledger and A's first offload, released and finished."""
     real = rig.tables.commit
-    reached, go_on = threading.Event(), threading.Event()
-
-    def commit_held(files):  # type: ignore[no-untyped-def]
-        snapshot = real(files) if committed else None
-        reached.set()
-        go_on.wait(30)
-        return snapshot if committed else real(files)
-
-    monkeypatch.setattr(rig.tables, "commit", commit_held)
+    reached, go_on = _hold_commits(rig.tables, monkeypatch, committed=committed)
     broker_a, broker_b = LedgerFactory(rig.engine, rig.tier), LedgerFactory(rig.engine, rig.tier)
     first = await broker_a.open(rig.ledger.name)
     offloading = asyncio.create_task(first.offload(segment_id))
@@ -403,6 +395,24 @@ async def handed_over_twice(
         go_on.set()
         await asyncio.wait([offloading])
     return again, offloading
+
+
+def _hold_commits(
+    tables: IcebergTables, monkeypatch: pytest.MonkeyPatch, *, committed: bool
+) -> tuple[threading.Event, threading.Event]:
+    """``tables.commit`` held before its commit (after it, when ``committed``) until the
+    second event is set; the first is set when a commit is held."""
+    real = tables.commit
+    reached, go_on = threading.Event(), threading.Event()
+
+    def commit_held(files):  # type: ignore[no-untyped-def]
+        snapshot = real(files) if committed else None
+        reached.set()
+        go_on.wait(30)
+        return snapshot if committed else real(files)
+
+    monkeypatch.setattr(tables, "commit", commit_held)
+    return reached, go_on
 
 
 def _store_refuses(*args: Any) -> None:
@@ -568,14 +578,7 @@ async def test_a_registration_held_past_a_handover_is_fenced_out(
     segment_id = (await offload_closed(rig))[0]
     rig.tier.iceberg = tables
     real = tables.commit
-    reached, go_on = threading.Event(), threading.Event()
-
-    def commit_held(files):  # type: ignore[no-untyped-def]
-        reached.set()
-        go_on.wait(30)
-        return real(files)
-
-    monkeypatch.setattr(tables, "commit", commit_held)
+    reached, go_on = _hold_commits(tables, monkeypatch, committed=False)
     broker_a, broker_b = LedgerFactory(rig.engine, rig.tier), LedgerFactory(rig.engine, rig.tier)
     first = await broker_a.open(rig.ledger.name)
     registering = asyncio.create_task(first.register_in_table(segment_id))
