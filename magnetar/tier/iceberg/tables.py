@@ -64,7 +64,7 @@ COMMIT_TRIES = 20
 # fails, and Magnetar decides again on the new table (_retry_lost_commits).
 NO_REBASE = {"commit.retry.num-retries": "0"}
 TABLE_PROPERTIES = {"commit.manifest-merge.enabled": "true", **NO_REBASE}
-# table property FENCE_PROPERTY + attempt id: that offload attempt may never commit
+# table property FENCE_PROPERTY + attempt id: that offload or registration may never commit
 FENCE_PROPERTY = "magnetar.fenced."
 FENCE_KEEP_MS = 7 * 24 * 3600 * 1000  # fences older than this go when another is written
 _T = TypeVar("_T")
@@ -312,11 +312,11 @@ class IcebergTables:
         """Shut the attempt ``files.attempt`` (an offload or a registration) out of the
         table for good, for the segment's next owner settling an attempt that another
         broker (stalled, cut off from ZooKeeper) may still be running: the attempt's files
-        the table references leave it,
-        and its commit, if it has not landed, never will (:meth:`commit` refuses a fenced
-        attempt). The fence is a table property written in an overwrite snapshot, so a
-        commit that loaded the table before it loses its race and looks again. Durable
-        when this returns; a no-op for an attempt already fenced with nothing in the table."""
+        the table references leave it, and its commit, if it has not landed, never will
+        (:meth:`commit` refuses a fenced attempt). The fence is a table property written in
+        an overwrite snapshot, so a commit that loaded the table before it loses its race
+        and looks again. Durable when this returns; a no-op for an attempt already fenced
+        with nothing in the table."""
         from pyiceberg.exceptions import NoSuchTableError
 
         ident = identifier(files.partition)
