@@ -102,8 +102,17 @@ async def commit(
         offload={**details, "iceberg": intent},
     )
     files = attempt_files(ledger.name, info, attempt, keys)
+    iceberg = tier.iceberg
+
+    def commit_or_say_why() -> int:  # said here: a cancelled caller never sees the error
+        try:
+            return iceberg.commit(files)
+        except IcebergCommitError as e:
+            log.warning("%s: segment %s is not offloaded: %s", ledger.name, info.segment_id, e)
+            raise
+
     # a cancelled offload waits for its commit: the undo that follows must see it
-    snapshot = await to_thread_to_the_end(tier.iceberg.commit, files)
+    snapshot = await to_thread_to_the_end(commit_or_say_why)
     return {
         **intent,
         "committed": True,

@@ -489,12 +489,15 @@ async def test_a_commit_held_past_a_handover_is_fenced_out_while_its_files_still
 
 
 async def test_a_commit_that_loaded_the_table_before_a_fence_loses_its_race(
-    open_iceberg_rig: OpenIcebergRig, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    open_iceberg_rig: OpenIcebergRig,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """The fence lands (from another broker's catalog connection) after the commit checked
     the table and before it appended: the append is not re-applied on the new table
     (pyiceberg's own retries are off for Magnetar's tables), Magnetar's retry looks again
-    and refuses, and nothing of the attempt is in the table."""
+    and refuses, says so in the log, and nothing of the attempt is in the table."""
     rig = await open_iceberg_rig()
     await append_orders(rig.ledger, 0, 20, batch=1)
     seg = rig.closed()[0]
@@ -514,6 +517,8 @@ async def test_a_commit_that_loaded_the_table_before_a_fence_loses_its_race(
     monkeypatch.setattr(rig.tables, "commit", commit_raced)
     with pytest.raises(IcebergCommitError, match="fenced"):
         await rig.ledger.offload(seg.segment_id)
+    said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert [m for m in said if "is not offloaded" in m and "fenced" in m], said
     assert data_files(rig.tables) == []
     assert rig.ledger.segments()[0].state is SegmentState.CLOSED
     monkeypatch.undo()
