@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -75,9 +76,17 @@ class StandaloneProcess:
         return f"magnetar {self.role} ready"
 
     def pause(self) -> None:
-        """SIGSTOP: the process is frozen, its sockets stay open (a zombie in waiting)."""
+        """SIGSTOP: the process is frozen, its sockets stay open (a zombie in waiting).
+        Returns once every thread of it has stopped: the signal lands a moment after it is
+        sent, and a test that changes the world next (releases a lock the process waits
+        for) must not let it run meanwhile."""
         assert self.proc is not None
         self.proc.send_signal(signal.SIGSTOP)
+        deadline = time.monotonic() + 10
+        while not _all_threads_stopped(self.proc.pid):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"process {self.proc.pid} did not stop after SIGSTOP")
+            time.sleep(0.001)
 
     def resume(self) -> None:
         assert self.proc is not None
@@ -175,3 +184,15 @@ class StandaloneProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _all_threads_stopped(pid: int) -> bool:
+    """Every thread of ``pid`` in state T (stopped by a signal), per /proc."""
+    for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
+        try:
+            state = stat.read_text().rpartition(")")[2].split()[0]
+        except (OSError, IndexError):
+            continue  # a thread that ended meanwhile
+        if state not in ("T", "t"):
+            return False
+    return True

@@ -132,6 +132,12 @@ def _written_by(tmp_path: Path, segment_id: int, attempt: str) -> list[Path]:
     return [p for p in (tmp_path / "tier" / prefix).rglob("*") if p.is_file()]
 
 
+def _states_once_offloaded(cluster: Cluster, offloaded: int) -> list[str] | None:
+    """The topic's segment states once at least ``offloaded`` are OFFLOADED."""
+    states = [lg["info"]["state"] for lg in cluster.ledgers(TOPIC)]
+    return states if states.count("OFFLOADED") >= offloaded else None
+
+
 def _offloading(cluster: Cluster) -> tuple[StandaloneProcess, StandaloneProcess, list[bytes]]:
     """Publish and let the owner offload until its first segment is OFFLOADED (the table
     is made); returns the owner, the other broker and what was acknowledged."""
@@ -194,6 +200,29 @@ def test_an_owner_stopped_between_its_intent_and_its_commit_adds_nothing(
         _check_table(tmp_path, after)
         assert not _missing_objects(tmp_path / "tier", after)
         assert not _written_by(tmp_path, segment_id, attempt)
+        assert read_all(survivor.pulsar_url, TOPIC, len(acked)) == acked
+    finally:
+        cluster.stop()
+
+
+def test_an_owner_killed_while_its_offloads_run_leaves_each_offset_once_in_the_table(
+    iceberg_brokers: Cluster, tmp_path: Path
+) -> None:
+    """kill -9 at whatever step the owner's offloads are in (writing data files, recording
+    an intent, committing, marking a segment OFFLOADED): the next owner settles each
+    segment against the table (adopts a commit that landed, fences one that did not) and
+    offloads the rest."""
+    cluster = iceberg_brokers
+    try:
+        owner, survivor, acked = _offloading(cluster)
+        states = wait_for(lambda: _states_once_offloaded(cluster, 5), 60, "five offloaded")
+        owner.kill()
+        print(f"owner killed: {states.count('OFFLOADED')} segments OFFLOADED")
+        acked += _take_over(survivor, MESSAGES)
+        _start_offload(survivor)
+        ledgers = wait_for(lambda: _all_offloaded(cluster), 90, "every segment offloaded")
+        _check_table(tmp_path, ledgers)
+        assert not _missing_objects(tmp_path / "tier", ledgers)
         assert read_all(survivor.pulsar_url, TOPIC, len(acked)) == acked
     finally:
         cluster.stop()
