@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,6 +33,7 @@ from tests.cluster.test_offload_failover import (
     _publish,
     _start_offload,
     _take_over,
+    tiered_cluster,
 )
 from tests.cluster.test_replicated_ledgers import read_all
 
@@ -44,21 +44,9 @@ FENCED = "magnetar.fenced."
 
 @pytest.fixture
 def iceberg_brokers(zookeeper: ZooKeeperProcess, tmp_path: Path) -> Cluster:
-    """Three storage nodes and two brokers with small segments, one object store and one
-    Iceberg catalog file for both, ZooKeeper sessions of 3 s."""
-    url = zookeeper.url(f"/iceberg-{uuid.uuid4().hex[:8]}") + "?sessionTimeoutMs=3000"
-    cluster = Cluster(tmp_path, url)
-    for _ in range(3):
-        cluster.add_node()
-    for _ in range(2):
-        cluster.add_broker(
-            "--segment-max-bytes", "20000",
-            "--offload-deletion-lag-ms", "0",
-            "--offload-check-interval", "1",
-            "--tier-url", f"file://{tmp_path / 'tier'}",
-            "--iceberg-catalog-url", f"sqlite:///{tmp_path / 'iceberg.db'}",
-        )  # fmt: skip
-    return cluster
+    """The offload failover tests' cluster, with one Iceberg catalog file for both brokers."""
+    catalog = f"sqlite:///{tmp_path / 'iceberg.db'}"
+    return tiered_cluster(zookeeper, tmp_path, "--iceberg-catalog-url", catalog)
 
 
 @contextlib.contextmanager

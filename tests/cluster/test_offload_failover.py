@@ -35,8 +35,13 @@ PAD = b"x" * 200
 
 @pytest.fixture
 def tiered_brokers(zookeeper: ZooKeeperProcess, tmp_path: Path) -> Cluster:
+    return tiered_cluster(zookeeper, tmp_path)
+
+
+def tiered_cluster(zookeeper: ZooKeeperProcess, tmp_path: Path, *extra: str) -> Cluster:
     """Three storage nodes and two brokers with small segments, sharing one object store
-    (a new owner reads what the old one offloaded), ZooKeeper sessions of 3 s."""
+    (a new owner reads what the old one offloaded), ZooKeeper sessions of 3 s; ``extra``:
+    more options of the brokers."""
     url = zookeeper.url(f"/offload-{uuid.uuid4().hex[:8]}") + "?sessionTimeoutMs=3000"
     cluster = Cluster(tmp_path, url)
     for _ in range(3):
@@ -47,6 +52,7 @@ def tiered_brokers(zookeeper: ZooKeeperProcess, tmp_path: Path) -> Cluster:
             "--offload-deletion-lag-ms", "0",
             "--offload-check-interval", "1",  # local copies dropped soon after the offload
             "--tier-url", f"file://{tmp_path / 'tier'}",
+            *extra,
         )  # fmt: skip
     return cluster
 
