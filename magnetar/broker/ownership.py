@@ -15,6 +15,12 @@ out over the last interval. A broker's load is ``bundles owned + topics / 100 + 
 Only new placements follow it (a bundle moves later only when unloaded), as Pulsar's
 default least-loaded placement does without its shedder.
 
+**Unload**: the owner closes the bundle's topics, then deletes its node; the next lookup
+places the bundle again. For ``UNLOADED_HOLD_S`` afterwards the broker does not take the
+bundle back when a client comes without a lookup (a producer sent here by an answer given
+just before the unload): that client is told to look the topic up again, and only a lookup,
+which follows the placement, gives the bundle an owner.
+
 **Split** (Pulsar's ``range_equally_divide``): the owner of a bundle divides its range in two
 halves. It takes both halves' nodes, then writes the namespace's new boundaries
 (``/bundle-boundaries/<tenant>/<ns>``, a compare-and-set), then deletes the old node; its
@@ -75,6 +81,7 @@ LOAD_REPORTS = "/loadbalance/brokers"
 LOAD_REPORT_S = 5.0
 TOPICS_PER_BUNDLE = 100  # this many topics weigh as much as one bundle ...
 RATE_PER_BUNDLE = 10_000.0  # ... and so many messages/s (in + out)
+UNLOADED_HOLD_S = 10.0  # a client's lookup from before an unload is answered by then
 
 
 class BundleNotFoundError(BrokerNotFoundError):
@@ -193,6 +200,7 @@ class Ownership:
         self._reporter: asyncio.Task[None] | None = None
         self.owned: set[str] = set()  # bundle paths this broker holds
         self.unloading: set[str] = set()  # being handed back: lookups wait, nothing loads
+        self._unloaded: dict[str, float] = {}  # bundle path → when this broker gave it back
         self._lock = asyncio.Lock()
         self._stop_session: Callable[[], None] | None = None
         self._answered: dict[str, float] = {}  # broker id -> when its port last accepted
@@ -468,12 +476,15 @@ class Ownership:
                 await self.meta.delete(lock)
 
     async def check(self, name: TopicName) -> None:
-        """Raise NotOwnerError unless this broker owns ``name`` (taking it when unowned)."""
+        """Raise NotOwnerError unless this broker owns ``name`` (taking it when unowned,
+        unless this broker unloaded it within ``UNLOADED_HOLD_S``: see the module doc)."""
         path = self.bundle_path(name)
         if path in self.unloading:
             raise NotOwnerError(f"the bundle of {name} is being unloaded; look it up again")
         if path in self.owned:
             return
+        if time.monotonic() - self._unloaded.get(path, -UNLOADED_HOLD_S) < UNLOADED_HOLD_S:
+            raise NotOwnerError(f"the bundle of {name} was just unloaded here; look it up again")
         owner = await self.acquire(name)
         if owner.id != self.me.id:
             raise NotOwnerError(f"topic {name} is served by broker {owner.id} ({owner.pulsar})")
@@ -491,6 +502,9 @@ class Ownership:
         with contextlib.suppress(NotFoundError):
             await self.meta.delete(path)
         self.owned.discard(path)
+        now = time.monotonic()
+        self._unloaded = {p: t for p, t in self._unloaded.items() if now - t < UNLOADED_HOLD_S}
+        self._unloaded[path] = now
 
     async def release_all(self) -> None:
         """Graceful shutdown: give every bundle back (the next lookup moves it)."""

@@ -15,6 +15,7 @@ from urllib.parse import quote
 
 import pytest
 
+from magnetar.broker.ownership import BrokerInfo
 from magnetar.meta.zookeeper import ZooKeeperMetadataStore
 from magnetar.testing.cluster import StorageNodeProcess, broker
 from magnetar.testing.server import StandaloneProcess
@@ -117,6 +118,14 @@ def _print_last_lines(c: Cluster, most: int = 60) -> None:
         name = f"broker{i}" if i < len(c.brokers) else f"node{i - len(c.brokers)}"
         print(f"--- {name}: {len(p.output)} lines, the last {most}:")
         print("".join(p.output[-most:]), end="")
+
+
+def broker_info(name: str) -> BrokerInfo:
+    """A broker's registration for an in-process ``Ownership`` (nothing listens there)."""
+    host = f"127.0.0.{len(name)}"
+    return BrokerInfo(
+        f"{name}:6650", f"pulsar://{name}:6650", f"http://{name}:8080", f"{host}:9092", 0, {}
+    )
 
 
 def wait_for(check: Callable[[], Any], timeout: float, what: str) -> Any:

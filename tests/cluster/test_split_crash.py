@@ -19,7 +19,6 @@ import pytest
 from magnetar.broker.ownership import (
     BOUNDARIES,
     BUNDLES,
-    BrokerInfo,
     Ownership,
     bundle_of,
     parse_range,
@@ -27,19 +26,13 @@ from magnetar.broker.ownership import (
 from magnetar.core.names import TopicName
 from magnetar.meta.zookeeper import ZooKeeperMetadataStore
 from magnetar.testing.zookeeper import ZooKeeperProcess
+from tests.cluster.conftest import broker_info
 
 NS = ("public", "default")
 
 
 class Crash(Exception):
     """The broker process died here."""
-
-
-def _broker(name: str) -> BrokerInfo:
-    host = f"127.0.0.{len(name)}"
-    return BrokerInfo(
-        f"{name}:6650", f"pulsar://{name}:6650", f"http://{name}:8080", f"{host}:9092", 0, {}
-    )
 
 
 def _topics(bundle: str) -> list[TopicName]:
@@ -65,8 +58,8 @@ def test_a_split_cut_short_by_a_crash_leaves_one_owner_per_range(
     async def run() -> None:
         meta_a = ZooKeeperMetadataStore(url)
         meta_b = ZooKeeperMetadataStore(url)
-        a = Ownership(meta_a, _broker("a"))
-        b = Ownership(meta_b, _broker("b"))
+        a = Ownership(meta_a, broker_info("a"))
+        b = Ownership(meta_b, broker_info("b"))
         await a.start()
         await b.start()
         try:
