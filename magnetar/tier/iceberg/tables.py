@@ -25,7 +25,6 @@ Calls block (catalog and object store I/O): run them on a worker thread.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import io
 import json
@@ -52,6 +51,8 @@ from magnetar.tier.offloader import ToFiles
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
+    from pyiceberg.partitioning import PartitionSpec
+    from pyiceberg.schema import Schema
     from pyiceberg.table import Table
 
 CATALOG_KINDS = ("sqlite", "rest", "none")
@@ -237,7 +238,6 @@ class IcebergTables:
             NoSuchTableError,
             TableAlreadyExistsError,
         )
-        from pyiceberg.transforms import DayTransform
 
         try:
             return self.catalog.load_table(ident)
@@ -251,20 +251,17 @@ class IcebergTables:
             if not self.catalog.namespace_exists(ident[:2]):
                 raise
         location = f"{self.warehouse}/{'/'.join(ident)}"
-        with contextlib.suppress(TableAlreadyExistsError):
-            self.catalog.create_table(
-                ident, schema=schema, location=location, properties=TABLE_PROPERTIES
+        columns, spec = _partitioned_by_day(schema)
+        try:  # one metadata version: the schema and its partition spec together
+            return self.catalog.create_table(
+                ident,
+                schema=columns,
+                location=location,
+                partition_spec=spec,
+                properties=TABLE_PROPERTIES,
             )
-        table = self.catalog.load_table(ident)
-        for _ in range(COMMIT_TRIES):
-            if table.spec().fields:
-                break
-            try:
-                with table.update_spec() as spec:
-                    spec.add_field("__publish_time", DayTransform(), "__publish_time_day")
-            except _commit_failed():
-                table = self.catalog.load_table(ident)
-        return self.catalog.load_table(ident)
+        except TableAlreadyExistsError:  # another broker made it meanwhile
+            return self.catalog.load_table(ident)
 
     def commit(self, files: SegmentFiles) -> int:
         """Register ``files`` in one append snapshot; returns its id. Idempotent: if the
@@ -607,6 +604,24 @@ def _retry_lost_commits(ident: tuple[str, str, str], attempt: Callable[[], _T]) 
         except _commit_failed():
             time.sleep(0.01)
     raise IcebergCommitError(f"{ident}: {COMMIT_TRIES} commits lost to other writers")
+
+
+def _partitioned_by_day(schema: pa.Schema) -> tuple[Schema, PartitionSpec]:
+    """``schema`` as an Iceberg schema (field ids from 1, in order, as pyiceberg gives a
+    new table's) and the partition spec ``day(__publish_time)`` over it."""
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.partitioning import PARTITION_FIELD_ID_START, PartitionField, PartitionSpec
+    from pyiceberg.schema import assign_fresh_schema_ids
+    from pyiceberg.transforms import DayTransform
+
+    columns = assign_fresh_schema_ids(Catalog._convert_schema_if_needed(schema))
+    day = PartitionField(
+        source_id=columns.find_field("__publish_time").field_id,
+        field_id=PARTITION_FIELD_ID_START,
+        transform=DayTransform(),
+        name="__publish_time_day",
+    )
+    return columns, PartitionSpec(day)
 
 
 def _commit_failed() -> type[Exception]:
