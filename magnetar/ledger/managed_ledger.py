@@ -154,6 +154,7 @@ class ManagedLedger:
         # offload runs (a bundle unloaded and loaded here again) leaves that offload alone
         self._offloading: set[int] = set() if offloading is None else offloading
         self._offload_tasks: set[asyncio.Task[Any]] = set()  # cancelled when unloaded
+        self._settling: asyncio.Task[int] | None = None  # clean_abandoned, started at open
         self._compacting = asyncio.Lock()  # table compaction, and retention beside it
         # what a subscription does at a damaged entry: skip it, or wait there (Pulsar's
         # ManagedLedgerConfig.autoSkipNonRecoverableData); set by the broker
@@ -176,8 +177,34 @@ class ManagedLedger:
         ledger = cls(name, storage, tier, offloading)
         ledger._refresh()
         await ledger._undo_cut_offloads()
-        await ledger.clean_abandoned()
+        if tier is not None:
+            # in the background: settling an earlier owner's intents asks the Iceberg
+            # catalog, which may be slow or locked, and only offload records wait for it
+            ledger._settling = asyncio.get_running_loop().create_task(ledger._settle_at_open())
+            ledger._offload_tasks.add(ledger._settling)
         return ledger
+
+    async def _settle_at_open(self) -> int:
+        try:
+            return await self._clean_abandoned()
+        except Exception as e:  # nobody awaits this task: said here
+            log.warning(
+                "%s: offload records found at open not settled now (each is before its "
+                "segment's next offload): %s",
+                self.name,
+                e,
+            )
+            return 0
+        finally:
+            self._offload_tasks.discard(asyncio.current_task())
+
+    async def settled(self) -> None:
+        """Wait until the offload records found at open are settled (see ``open``): every
+        call that changes offload records or the table waits for it first. Returns at once
+        when that ended, failed or was cancelled (the ledger was unloaded)."""
+        task = self._settling
+        if task is not None and not task.done() and task is not asyncio.current_task():
+            await asyncio.wait([task])
 
     async def _undo_cut_offloads(self) -> None:
         """A segment OFFLOADING at open was cut off with the process that offloaded it (a
@@ -397,6 +424,7 @@ class ManagedLedger:
         """
         if self.tier is None:
             raise NoObjectStoreError(f"{self.name} has no object store: set tier_url to offload")
+        await self.settled()
         self._check_offloadable(segment_id)
         self._offloading.add(segment_id)
         task = asyncio.current_task()
@@ -619,10 +647,15 @@ class ManagedLedger:
     async def clean_abandoned(self) -> int:
         """Delete the objects of every abandoned offload attempt this ledger recorded (a
         failed upload, one cut off by a crash); returns how many attempts were cleaned.
+        Intents left in segment records are settled against the table first.
 
         Only recorded attempts are touched, so a shared bucket's other data is safe. A
         deletion that fails is logged and the attempt stays recorded for the next call.
         """
+        await self.settled()
+        return await self._clean_abandoned()
+
+    async def _clean_abandoned(self) -> int:
         cleaned = 0
         for info in self.segments():
             if self.tier is not None and "compaction" in (info.offload or {}):
@@ -685,6 +718,7 @@ class ManagedLedger:
         before the catalog was turned on); see ``table_commits.register``."""
         if self.tier is None or self.tier.iceberg is None:
             raise NoObjectStoreError(f"{self.name} has no Iceberg catalog to register in")
+        await self.settled()
         return await table_commits.register(self, self.tier, segment_id, value_schema)
 
     async def compact_table(
@@ -698,6 +732,7 @@ class ManagedLedger:
         ``target_bytes``; returns how many files went (0 without a catalog)."""
         if self.tier is None or self.tier.iceberg is None:
             return 0
+        await self.settled()
         async with self._compacting:
             for seg in self.segments():
                 if not await table_commits.settle_compaction(self, self.tier, seg):
@@ -722,6 +757,7 @@ class ManagedLedger:
         Durable when this returns for the records: readers positioned in a deleted segment
         get OffsetOutOfRangeError. An object whose deletion fails is logged and left.
         """
+        await self.settled()
         async with self._compacting:
             if self.tier is not None:
                 for seg in self.segments():
@@ -744,6 +780,7 @@ class ManagedLedger:
 
         Durable when this returns; the ledger is not usable afterwards. An object whose
         deletion fails is logged and left."""
+        await self.settled()
         if self.tier is not None:
             await table_commits.remove_all(self, self.tier)
             for seg in self.segments():

@@ -11,7 +11,9 @@ The order, each step durable before the next::
     4. the segment is marked OFFLOADED with ``committed: true`` and the snapshot id.
 
 A crash between 2 and 4 leaves a CLOSED segment (recovery reverts OFFLOADING) with an intent.
-When its ledger opens, :func:`reconcile` asks the table: if it references every file of the
+When its ledger opens, :func:`reconcile` asks the table (in the background: a slow catalog
+does not hold up the topic's load; every later call that changes offload records or the
+table waits for it, see ``ManagedLedger.settled``): if it references every file of the
 intent, the commit happened and the segment is marked OFFLOADED (its object was verified in
 step 1), so it is offloaded once; if it references none, the intent is dropped and the
 attempt's objects are deleted as any abandoned attempt's. Either way no data file is in the

@@ -75,9 +75,11 @@ class IcebergRig:
         tables = IcebergTables.open(store, "sqlite", f"sqlite:///{root / 'iceberg.db'}")
         tier = Tier(store, row_group_rows=4, iceberg=tables)
         ledger = await ManagedLedger.open(partition, engine, tier)
+        await ledger.settled()  # what the open found settled, as the first offload sees it
         return cls(settings, meta, engine, tier, ledger)
 
     async def aclose(self) -> None:
+        await self.ledger.settled()
         self.tier.close()
         await self.engine.aclose()
         await self.meta.aclose()

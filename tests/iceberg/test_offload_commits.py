@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 import threading
 import time
 from pathlib import Path
@@ -314,6 +315,52 @@ async def test_a_commit_that_cannot_be_undone_is_settled_before_the_next_attempt
     assert rows.column("__offset").to_pylist() == list(range(seg.first_offset, seg.end_offset))
 
 
+async def test_a_topic_opens_while_its_catalog_is_locked_and_settles_its_intent_after(
+    open_iceberg_rig: OpenIcebergRig, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A commit that failed before it landed, with the catalog then refusing the undo, leaves
+    its intent. The next owner opens the partition while another writer holds the SQLite
+    catalog (a broker frozen inside its commit): the open does not wait for the table, reads
+    are served, an offload waits for the intent to be settled; once the catalog is free the
+    attempt is fenced out and the offload adds the segment's offsets once."""
+    rig = await open_iceberg_rig()
+    await append_orders(rig.ledger, 0, 20, batch=1)
+    local = messages(await read_all(rig.ledger))
+    seg = rig.closed()[0]
+
+    def catalog_down(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise OSError("catalog unreachable")
+
+    monkeypatch.setattr(rig.tables, "commit", catalog_down)
+    monkeypatch.setattr(rig.tables, "remove", catalog_down)
+    with pytest.raises(OSError):
+        await rig.ledger.offload(seg.segment_id)
+    assert rig.ledger.segments()[0].offload["iceberg"]["committed"] is False  # type: ignore[index]
+    monkeypatch.undo()
+    await rig.engine.unload(rig.ledger.name)
+
+    holder = sqlite3.connect(tmp_path / "iceberg.db", isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # the catalog's write lock, held
+    try:
+        ledger = await asyncio.wait_for(
+            ManagedLedger.open(rig.ledger.name, rig.engine, rig.tier), 10
+        )
+        assert messages(await read_all(ledger)) == local
+        offloading = asyncio.create_task(ledger.offload(seg.segment_id))
+        await asyncio.sleep(1)
+        assert not offloading.done()  # the intent is not settled: nothing offloads
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    done = await offloading
+    assert done.state is SegmentState.OFFLOADED
+    table = rig.tables.catalog.load_table("public.default.orders")
+    assert [k for k in table.properties if k.startswith("magnetar.fenced.")] != []
+    rows = read_table(rig.tables)
+    assert rows.column("__offset").to_pylist() == list(range(seg.first_offset, seg.end_offset))
+    assert len(data_files(rig.tables)) == 1
+
+
 async def test_history_offloaded_before_the_catalog_is_registered_later(
     open_iceberg_rig: OpenIcebergRig, tmp_path: Path
 ) -> None:
@@ -388,9 +435,10 @@ async def handed_over_twice(
         monkeypatch.setattr(rig.tables, "commit", real)
         if deletes_fail:
             monkeypatch.setattr(rig.tier.offloader, "delete_attempt", _store_refuses)
-        await broker_b.open(rig.ledger.name)
+        await (await broker_b.open(rig.ledger.name)).settled()  # B settles A's attempt
         await rig.engine.unload(rig.ledger.name)
         again = await broker_a.open(rig.ledger.name)
+        await again.settled()
     finally:
         go_on.set()
         await asyncio.wait([offloading])
@@ -592,7 +640,7 @@ async def test_a_registration_held_past_a_handover_is_fenced_out(
         await rig.engine.unload(rig.ledger.name)
         monkeypatch.setattr(tables, "commit", real)
         monkeypatch.setattr(rig.tier.store, "delete", _store_refuses)
-        await broker_b.open(rig.ledger.name)
+        await (await broker_b.open(rig.ledger.name)).settled()  # B settles A's attempt
         await rig.engine.unload(rig.ledger.name)
     finally:
         go_on.set()  # A's commit goes on while its files are still there
@@ -601,6 +649,7 @@ async def test_a_registration_held_past_a_handover_is_fenced_out(
         registering.result()
     monkeypatch.undo()
     again = await broker_a.open(rig.ledger.name)
+    await again.settled()
     assert data_files(tables) == []
     done = await again.register_in_table(segment_id)
     assert done.offload is not None and done.offload["iceberg"]["committed"] is True

@@ -39,11 +39,13 @@ class Rig:
         engine = await LocalStorage.open(settings, meta)
         tier = Tier(store, row_group_rows=row_group_rows)
         ledger = await ManagedLedger.open(PARTITION, engine, tier)
+        await ledger.settled()  # what the open found settled, as the first offload sees it
         return cls(settings, meta, engine, tier, ledger)
 
     async def aclose(self) -> None:
         if not self.closed:
             self.closed = True
+            await self.ledger.settled()
             self.tier.close()
             await self.engine.aclose()
             await self.meta.aclose()

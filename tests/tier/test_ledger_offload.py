@@ -408,10 +408,12 @@ async def test_an_offload_outlived_by_two_handovers_leaves_the_new_owners_record
         assert await asyncio.to_thread(written.wait, 30)
         await rig.engine.unload(PARTITION)  # A hands the bundle over without waiting
         on_b = await broker_b.open(PARTITION)
+        await on_b.settled()  # B settles A's attempt
         reverted = next(s for s in on_b.segments() if s.segment_id == sid)
         assert reverted.state is SegmentState.CLOSED and "attempts" not in (reverted.offload or {})
         await rig.engine.unload(PARTITION)  # and it comes back to A
         again = await broker_a.open(PARTITION)
+        await again.settled()
     finally:
         go_on.set()
         with pytest.raises(SegmentNotOffloadableError, match="changed meanwhile"):
