@@ -280,6 +280,10 @@ async def test_the_partitions_of_a_topic_share_one_table(open_iceberg_rig: OpenI
     )
 
 
+def _catalog_down(*args: Any, **kwargs: Any) -> None:
+    raise OSError("catalog unreachable")
+
+
 async def test_a_commit_that_cannot_be_undone_is_settled_before_the_next_attempt(
     open_iceberg_rig: OpenIcebergRig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -294,11 +298,8 @@ async def test_a_commit_that_cannot_be_undone_is_settled_before_the_next_attempt
         real_commit(files)
         raise OSError("connection reset after the commit")
 
-    def catalog_down(*args, **kwargs):  # type: ignore[no-untyped-def]
-        raise OSError("catalog unreachable")
-
     monkeypatch.setattr(rig.tables, "commit", commit_then_fail)
-    monkeypatch.setattr(rig.tables, "remove", catalog_down)
+    monkeypatch.setattr(rig.tables, "remove", _catalog_down)
     with pytest.raises(OSError):
         await rig.ledger.offload(seg.segment_id)
     closed = rig.ledger.segments()[0]
@@ -328,11 +329,8 @@ async def test_a_topic_opens_while_its_catalog_is_locked_and_settles_its_intent_
     local = messages(await read_all(rig.ledger))
     seg = rig.closed()[0]
 
-    def catalog_down(*args, **kwargs):  # type: ignore[no-untyped-def]
-        raise OSError("catalog unreachable")
-
-    monkeypatch.setattr(rig.tables, "commit", catalog_down)
-    monkeypatch.setattr(rig.tables, "remove", catalog_down)
+    monkeypatch.setattr(rig.tables, "commit", _catalog_down)
+    monkeypatch.setattr(rig.tables, "remove", _catalog_down)
     with pytest.raises(OSError):
         await rig.ledger.offload(seg.segment_id)
     assert rig.ledger.segments()[0].offload["iceberg"]["committed"] is False  # type: ignore[index]
