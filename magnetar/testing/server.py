@@ -84,6 +84,11 @@ class StandaloneProcess:
         self.proc.send_signal(signal.SIGSTOP)
         deadline = time.monotonic() + 10
         while not _all_threads_stopped(self.proc.pid):
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"process {self.proc.pid} exited (code {self.proc.returncode}) before "
+                    "it could be paused"
+                )
             if time.monotonic() > deadline:
                 raise RuntimeError(f"process {self.proc.pid} did not stop after SIGSTOP")
             time.sleep(0.001)
@@ -187,12 +192,12 @@ class StandaloneProcess:
 
 
 def _all_threads_stopped(pid: int) -> bool:
-    """Every thread of ``pid`` in state T (stopped by a signal), per /proc."""
+    """Every thread of ``pid`` in state T (stopped by a signal), per /proc; False when it
+    has none left (the process is gone)."""
+    states = []
     for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
         try:
-            state = stat.read_text().rpartition(")")[2].split()[0]
+            states.append(stat.read_text().rpartition(")")[2].split()[0])
         except (OSError, IndexError):
             continue  # a thread that ended meanwhile
-        if state not in ("T", "t"):
-            return False
-    return True
+    return bool(states) and all(state in ("T", "t") for state in states)
