@@ -29,6 +29,9 @@ class Cluster:
     nodes: list[StorageNodeProcess] = field(default_factory=list)
     brokers: list[StandaloneProcess] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        MADE.append(self)  # its servers' last lines go into the report if the test fails
+
     def add_node(self, *extra: str) -> StorageNodeProcess:
         i = len(self.nodes)
         node = StorageNodeProcess(self.root / f"node{i}", list(extra), metadata_url=self.url)
@@ -86,16 +89,28 @@ _FAILED = pytest.StashKey[bool]()
 
 
 @pytest.fixture
-def cluster(
-    zookeeper: ZooKeeperProcess, tmp_path: Path, request: pytest.FixtureRequest
-) -> Iterator[Cluster]:
+def cluster(zookeeper: ZooKeeperProcess, tmp_path: Path) -> Iterator[Cluster]:
     c = Cluster(tmp_path, zookeeper.url(f"/cluster-{uuid.uuid4().hex[:10]}"))
     try:
         yield c
     finally:
         c.stop()
+
+
+MADE: list[Cluster] = []  # the clusters of the running test, fixture's or its own
+
+
+@pytest.fixture(autouse=True)
+def _servers_said_when_failed(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After a failed test, the last lines of every server of every cluster it made (a
+    test that builds its own cluster too): what the servers saw, in the report."""
+    yield
+    try:
         if request.node.stash.get(_FAILED, False):
-            _print_last_lines(c)
+            for c in MADE:
+                _print_last_lines(c)
+    finally:
+        MADE.clear()
 
 
 RUNNING: list[Any] = []  # the clients of a test still sending: stopped after it, pass or fail
