@@ -39,7 +39,7 @@ from magnetar.tier import (
     ValueSchema,
     attempt_prefix,
 )
-from magnetar.tier.iceberg import identifier, table_schema
+from magnetar.tier.iceberg import identifier
 
 if TYPE_CHECKING:
     from magnetar.ledger.managed_ledger import ManagedLedger
@@ -78,8 +78,7 @@ async def prepare(tier: Tier, partition: str, value_schema: ValueSchema | None) 
     ``value_schema``'s columns. It runs while the data files are written, and a cancelled
     caller waits for it to end."""
     assert tier.iceberg is not None
-    schema = table_schema(value_schema, tier_columns=True)
-    await to_thread_to_the_end(tier.iceberg.ensure_table, partition, schema)
+    await to_thread_to_the_end(tier.iceberg.prepare_table, partition, value_schema)
 
 
 async def commit(

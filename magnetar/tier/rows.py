@@ -116,13 +116,32 @@ _PRIMITIVES: dict[str, tuple[pa.DataType, str]] = {
 }
 
 
-def record_type(definition: Any) -> tuple[pa.DataType, str] | None:
-    """Arrow type and Spark DDL of a record schema, or None if it is not a plain record."""
+# Avro logical types as the Arrow types of the values in the unit they are stored in (a
+# timestamp-millis field holds milliseconds); ``iceberg_type`` widens them to microseconds
+_LOGICAL: dict[tuple[str, str], tuple[pa.DataType, str]] = {
+    ("int", "date"): (pa.date32(), "date"),
+    ("int", "time-millis"): (pa.time32("ms"), "bigint"),  # Spark has no time type
+    ("long", "time-micros"): (pa.time64("us"), "bigint"),
+    ("long", "timestamp-millis"): (pa.timestamp("ms", tz="UTC"), "timestamp"),
+    ("long", "timestamp-micros"): (pa.timestamp("us", tz="UTC"), "timestamp"),
+    ("long", "local-timestamp-millis"): (pa.timestamp("ms"), "timestamp_ntz"),
+    ("long", "local-timestamp-micros"): (pa.timestamp("us"), "timestamp_ntz"),
+}
+MAX_DECIMAL_PRECISION = 38  # Iceberg's
+
+
+def record_type(
+    definition: Any, *, logical: bool = False, decimals: bool = False
+) -> tuple[pa.DataType, str] | None:
+    """Arrow type and Spark DDL of a record schema, or None if it is not a plain record.
+    Each field has the type its values are stored as (a ``timestamp-millis`` field is a
+    long), or with ``logical`` the type its logical type names (dates, times, timestamps;
+    with ``decimals`` too, decimals on bytes: only Avro stores them as bytes)."""
     if not isinstance(definition, dict) or definition.get("type") != "record":
         return None
     arrow_fields, ddl = [], []
     for f in definition.get("fields", []):
-        mapped = _field_type(f.get("type"))
+        mapped = _field_type(f.get("type"), logical, decimals)
         if mapped is None:
             return None
         arrow_fields.append(pa.field(f["name"], mapped[0]))
@@ -130,20 +149,98 @@ def record_type(definition: Any) -> tuple[pa.DataType, str] | None:
     return pa.struct(arrow_fields), f"struct<{', '.join(ddl)}>"
 
 
-def _field_type(t: Any) -> tuple[pa.DataType, str] | None:
+def _field_type(t: Any, logical: bool, decimals: bool) -> tuple[pa.DataType, str] | None:
     if isinstance(t, list):  # a union: ["null", T] is a nullable T
         rest = [x for x in t if x != "null"]
-        return _field_type(rest[0]) if len(rest) == 1 else None
+        return _field_type(rest[0], logical, decimals) if len(rest) == 1 else None
     if isinstance(t, str):
         return _PRIMITIVES.get(t)
     if isinstance(t, dict) and t.get("type") == "record":
-        return record_type(t)
+        return record_type(t, logical=logical, decimals=decimals)
     if isinstance(t, dict) and t.get("type") == "array":
-        inner = _field_type(t.get("items"))
+        inner = _field_type(t.get("items"), logical, decimals)
         return (pa.list_(inner[0]), f"array<{inner[1]}>") if inner else None
     if isinstance(t, dict) and isinstance(t.get("type"), str):
+        if logical and (found := _logical_type(t, decimals)) is not None:
+            return found
         return _PRIMITIVES.get(t["type"])
     return None
+
+
+def _logical_type(t: dict[str, Any], decimals: bool) -> tuple[pa.DataType, str] | None:
+    kind = t.get("logicalType")
+    if not isinstance(kind, str):
+        return None
+    if kind == "decimal" and decimals and t["type"] == "bytes":
+        precision, scale = t.get("precision"), t.get("scale", 0)
+        if (
+            isinstance(precision, int)
+            and isinstance(scale, int)
+            and 0 < precision <= MAX_DECIMAL_PRECISION
+            and 0 <= scale <= precision
+        ):
+            return pa.decimal128(precision, scale), f"decimal({precision},{scale})"
+        return None
+    return _LOGICAL.get((t["type"], kind))
+
+
+def iceberg_type(t: pa.DataType) -> pa.DataType:
+    """``t`` with milliseconds widened to microseconds, the only unit Iceberg has."""
+    if pa.types.is_struct(t):
+        return pa.struct([f.with_type(iceberg_type(f.type)) for f in t])
+    if pa.types.is_list(t):
+        return pa.list_(iceberg_type(t.value_type))
+    if pa.types.is_timestamp(t) and t.unit == "ms":
+        return pa.timestamp("us", tz=t.tz)
+    if pa.types.is_time32(t):
+        return pa.time64("us")
+    return t
+
+
+def as_logical(array: pa.Array, stored: pa.DataType) -> pa.Array:
+    """``array``, decoded with the types its values are stored as, as the Iceberg types of
+    ``stored`` (the same record with logical types, in the stored units): integers become
+    dates, times and timestamps (milliseconds × 1,000), Avro decimal bytes (the unscaled
+    value, big-endian two's complement) decimals. A value that does not fit (out of range,
+    too many digits) becomes null."""
+    if array.type == iceberg_type(stored):
+        return array
+    if pa.types.is_struct(stored):
+        children = [
+            as_logical(child, f.type) for child, f in zip(array.flatten(), stored, strict=True)
+        ]
+        fields = [f.with_type(c.type) for c, f in zip(children, stored, strict=True)]
+        return pa.StructArray.from_arrays(children, fields=fields, mask=array.is_null())
+    if pa.types.is_list(stored):
+        items = as_logical(array.values, stored.value_type)
+        return pa.ListArray.from_arrays(array.offsets, items, mask=array.is_null())
+    if pa.types.is_decimal(stored):
+        return _decimals(array, stored)
+    if (pa.types.is_timestamp(stored) and stored.unit == "ms") or pa.types.is_time32(stored):
+        array = _times_1000(array.cast(pa.int64()))
+    return array.cast(iceberg_type(stored))
+
+
+def _times_1000(ints: pa.Array) -> pa.Array:
+    try:
+        return pc.multiply_checked(ints, 1000)
+    except pa.ArrowInvalid:  # beyond ±292,000 years in microseconds: null
+        limit = (1 << 63) // 1000
+        fitting = [v if v is not None and -limit <= v < limit else None for v in ints.to_pylist()]
+        return pa.array([None if v is None else v * 1000 for v in fitting], pa.int64())
+
+
+def _decimals(array: pa.Array, t: pa.Decimal128Type) -> pa.Array:
+    import decimal
+
+    bound = 10**t.precision
+    exact = decimal.Context(prec=MAX_DECIMAL_PRECISION + 1)
+    out: list[decimal.Decimal | None] = []
+    for raw in array.to_pylist():
+        unscaled = int.from_bytes(raw, "big", signed=True) if raw is not None else bound
+        fits = -bound < unscaled < bound  # a null value counts as ``bound``: null again
+        out.append(decimal.Decimal(unscaled).scaleb(-t.scale, exact) if fits else None)
+    return pa.array(out, type=t)
 
 
 def decode_json_values(values: pa.Array | pa.ChunkedArray, data_type: pa.DataType) -> pa.Array:

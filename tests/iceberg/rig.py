@@ -3,7 +3,11 @@ embedded SQLite catalog, entries with JSON values, and reading a table back with
 
 from __future__ import annotations
 
+import datetime
+import decimal
+import io
 import json
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +48,45 @@ ORDER_V2 = {
     **ORDER_V1,
     "fields": [*ORDER_V1["fields"], {"name": "note", "type": ["null", "string"], "default": None}],
 }
+
+
+EVENT_V1 = {
+    "type": "record",
+    "name": "Event",
+    "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+        {"name": "day", "type": {"type": "int", "logicalType": "date"}},
+        {"name": "ref", "type": {"type": "string", "logicalType": "uuid"}},
+        {
+            "name": "amount",
+            "type": {"type": "bytes", "logicalType": "decimal", "precision": 9, "scale": 2},
+        },
+    ],
+}
+
+
+AT = datetime.datetime(2026, 11, 27, 12, 0, 0, 123_000, tzinfo=datetime.UTC)
+DAY = datetime.date(2026, 11, 27)
+
+
+def event(i: int) -> dict[str, Any]:
+    """An EVENT_V1 value as fastavro takes it (logical types as Python values)."""
+    return {
+        "id": i,
+        "at": AT + datetime.timedelta(seconds=i),
+        "day": DAY,
+        "ref": uuid.UUID(int=i),
+        "amount": decimal.Decimal(i * 100 + 34).scaleb(-2),  # i.34
+    }
+
+
+def avro(value: dict[str, Any], definition: dict[str, Any] = EVENT_V1) -> bytes:
+    import fastavro
+
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, fastavro.parse_schema(definition), value)
+    return out.getvalue()
 
 
 def order(i: int, *, note: bool = False) -> dict[str, Any]:
@@ -93,19 +136,22 @@ class IcebergRig:
         return [s for s in self.ledger.segments() if s.state is SegmentState.CLOSED and s.local]
 
 
-def json_entry(values: Sequence[dict[str, Any]], first_seq: int, version: int | None = 0) -> bytes:
-    """A Pulsar batch of JSON values (one message unbatched when there is one value)."""
+def json_entry(
+    values: Sequence[dict[str, Any] | bytes], first_seq: int, version: int | None = 0
+) -> bytes:
+    """A Pulsar batch of JSON values (one message unbatched when there is one value); a
+    value given as bytes goes as it is (an AVRO value, say)."""
     if len(values) == 1:
         meta = pb.MessageMetadata(
             producer_name="p", sequence_id=first_seq, publish_time=1, partition_key=f"k{first_seq}"
         )
         if version is not None:
             meta.schema_version = version.to_bytes(8, "big")
-        return pack_payload(meta, json.dumps(values[0]).encode())
+        return pack_payload(meta, _encoded(values[0]))
     batch = [
         BatchedMessage(
             pb.SingleMessageMetadata(partition_key=f"k{first_seq + j}", sequence_id=first_seq + j),
-            json.dumps(v).encode(),
+            _encoded(v),
         )
         for j, v in enumerate(values)
     ]
@@ -115,6 +161,10 @@ def json_entry(values: Sequence[dict[str, Any]], first_seq: int, version: int | 
     if version is not None:
         meta.schema_version = version.to_bytes(8, "big")
     return pack_payload(meta, build_batch(batch))
+
+
+def _encoded(value: dict[str, Any] | bytes) -> bytes:
+    return value if isinstance(value, bytes) else json.dumps(value).encode()
 
 
 async def append_orders(

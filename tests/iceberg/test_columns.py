@@ -3,6 +3,7 @@ for a clean block, row by row otherwise), binary values without a schema, days."
 
 from __future__ import annotations
 
+import datetime
 import io
 import json
 from typing import Any
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 
 from magnetar.tier.iceberg.columns import ValueSchema, split_by_day, table_schema, to_table_rows
 from magnetar.tier.parquet import SCHEMA
-from tests.iceberg.rig import ORDER_V1, order
+from tests.iceberg.rig import AT, DAY, EVENT_V1, ORDER_V1, avro, event, order
 
 DAY_US = 86_400_000_000
 
@@ -108,22 +109,6 @@ def test_a_value_holding_two_objects_never_shifts_the_typed_rows() -> None:
         assert rows.column("id").to_pylist() == [None, None, 4]
 
 
-EVENT_V1 = {
-    "type": "record",
-    "name": "Event",
-    "fields": [
-        {"name": "id", "type": "long"},
-        {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
-        {"name": "day", "type": {"type": "int", "logicalType": "date"}},
-        {"name": "ref", "type": {"type": "string", "logicalType": "uuid"}},
-        {
-            "name": "amount",
-            "type": {"type": "bytes", "logicalType": "decimal", "precision": 9, "scale": 2},
-        },
-    ],
-}
-
-
 def test_avro_logical_types_are_typed_as_the_values_they_are_stored_as() -> None:
     """fastavro hands out a datetime for a timestamp-millis field, which the column (a long,
     as the field is stored) cannot hold: such a topic failed every offload. Now the values
@@ -160,6 +145,63 @@ def test_avro_logical_types_are_typed_as_the_values_they_are_stored_as() -> None
         "amount": (1234).to_bytes(2, "big"),
     }
     assert typed == [{"id": 0, **stored}, dict.fromkeys(typed[0]), {"id": 2, **stored}]
+
+
+def test_with_logical_types_avro_values_are_iceberg_dates_timestamps_and_decimals() -> None:
+    """With ``logical`` (the tables this version makes), a timestamp-millis field is a
+    timestamptz column (milliseconds × 1,000), a date a date, an AVRO decimal a decimal, a
+    uuid a string; a value with bytes after it still leaves its row's typed columns null."""
+    values = [avro(event(0)), avro(event(1)) + b"\x00", avro(event(2))]
+    value_schema = ValueSchema("AVRO", (EVENT_V1,))
+    rows = to_table_rows(layout(values), 0, value_schema, logical=True)
+    assert rows.schema == table_schema(value_schema, logical=True)
+    names = ["id", "at", "day", "ref", "amount"]
+    assert [rows.schema.field(n).type for n in names] == [
+        pa.int64(),
+        pa.timestamp("us", tz="UTC"),
+        pa.date32(),
+        pa.string(),
+        pa.decimal128(9, 2),
+    ]
+    typed = rows.select(names).to_pylist()
+    sent = [{**event(i), "ref": str(event(i)["ref"])} for i in (0, 2)]
+    assert typed == [sent[0], dict.fromkeys(names), sent[1]]
+
+
+def test_with_logical_types_json_timestamps_and_dates_are_typed_out_of_range_null() -> None:
+    """JSON values hold timestamps as numbers: milliseconds × 1,000, and one beyond what
+    microseconds can count is null (not wrapped). JSON has no decimal bytes: such a field
+    keeps the stored type."""
+    value_schema = ValueSchema("JSON", (EVENT_V1,))
+    ms, days = int(AT.timestamp() * 1000), (DAY - datetime.date(1970, 1, 1)).days
+    values = [
+        {"id": 1, "at": ms, "day": days, "ref": "r", "amount": None},
+        {"id": 2, "at": 2**62, "day": 1, "ref": "s", "amount": None},
+    ]
+    rows = to_table_rows(
+        layout([json.dumps(v).encode() for v in values]), 0, value_schema, logical=True
+    )
+    assert rows.schema.field("amount").type == pa.binary()
+    assert rows.select(["id", "at", "day"]).to_pylist() == [
+        {"id": 1, "at": AT, "day": DAY},
+        {"id": 2, "at": None, "day": datetime.date(1970, 1, 2)},
+    ]
+
+
+def test_a_logical_type_a_later_version_changes_keeps_the_first() -> None:
+    """A column cannot change type: when a later version gives a field stored the same way
+    another logical type (or none), the first version's stays."""
+    plain = {"type": "record", "name": "E", "fields": [{"name": "at", "type": "long"}]}
+    stamped = {
+        "type": "record",
+        "name": "E",
+        "fields": [{"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}}],
+    }
+    first_plain = ValueSchema("AVRO", (plain, stamped)).logical_record
+    first_stamped = ValueSchema("AVRO", (stamped, plain)).logical_record
+    assert first_plain is not None and first_plain.field("at").type == pa.int64()
+    assert first_stamped is not None
+    assert first_stamped.field("at").type == pa.timestamp("ms", tz="UTC")
 
 
 NESTED_V1 = {

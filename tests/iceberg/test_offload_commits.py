@@ -15,6 +15,7 @@ from typing import Any
 import polars as pl
 import pytest
 
+from magnetar.core import formats
 from magnetar.ledger import LedgerFactory, ManagedLedger
 from magnetar.ledger.errors import SegmentNotOffloadableError
 from magnetar.storage import SegmentState
@@ -25,15 +26,20 @@ from magnetar.tier import (
     ObjectStoreUnavailableError,
     S3ObjectStore,
     SegmentFiles,
+    ValueSchema,
 )
 from magnetar.tier.iceberg.columns import table_schema
 from tests.iceberg.conftest import OpenIcebergRig
 from tests.iceberg.rig import (
+    EVENT_V1,
     ORDER_V1,
     ORDER_V2,
     IcebergRig,
     append_orders,
+    avro,
     data_files,
+    event,
+    json_entry,
     order,
     read_table,
     schema,
@@ -588,6 +594,50 @@ async def test_an_older_table_turns_pyicebergs_own_retries_off_at_its_next_offlo
     table = rig.tables.catalog.load_table("public.default.orders")
     assert table.properties["commit.retry.num-retries"] == "0"
     assert read_table(rig.tables).column("__offset").to_pylist() == list(range(end))
+
+
+@pytest.mark.parametrize("older", [False, True], ids=["new-table", "older-table"])
+async def test_avro_logical_types_are_iceberg_types_in_the_tables_this_version_makes(
+    open_iceberg_rig: OpenIcebergRig, older: bool
+) -> None:
+    """A table this version makes types a timestamp-millis field as timestamptz, a date as
+    date, a decimal as decimal (its property says so); a table made before keeps the
+    stored types (a long column cannot become a timestamp), and stays so. Either way the
+    messages read back byte for byte."""
+    rig = await open_iceberg_rig()
+    for i in range(10):
+        await rig.ledger.append(
+            json_entry([avro(event(i))], i),
+            count=1,
+            publish_time=1_700_000_000_000,
+            fmt=formats.PULSAR,
+        )
+    local = messages(await read_all(rig.ledger))
+    value_schema = ValueSchema("AVRO", (EVENT_V1,))
+    if older:  # as a version before logical types made it
+        rig.tables.catalog.create_namespace(("public", "default"))
+        rig.tables.catalog.create_table(
+            ("public", "default", "orders"), schema=table_schema(value_schema, tier_columns=True)
+        )
+    await offload_closed(rig, value_schema)
+    table = rig.tables.catalog.load_table("public.default.orders")
+    assert (table.properties.get("magnetar.logical-types") == "true") is not older
+    types = {f.name: str(f.field_type) for f in table.schema().fields}
+    rows = read_table(rig.tables).select(["id", "at", "day", "ref", "amount"]).to_pylist()
+    offloaded = len(rows)
+    done = [s for s in rig.ledger.segments() if s.state is SegmentState.OFFLOADED]
+    assert offloaded == sum(s.end_offset - s.first_offset for s in done) > 0
+    if older:
+        assert [types[n] for n in ("at", "day", "amount")] == ["long", "int", "binary"]
+        assert rows[0]["at"] == int(event(0)["at"].timestamp() * 1000)
+    else:
+        assert [types[n] for n in ("at", "day", "amount")] == [
+            "timestamptz",
+            "date",
+            "decimal(9, 2)",
+        ]
+        assert rows == [{**event(i), "ref": str(event(i)["ref"])} for i in range(offloaded)]
+    assert messages(await read_all(rig.ledger)) == local
 
 
 async def test_fences_older_than_a_week_go_when_the_next_is_written(

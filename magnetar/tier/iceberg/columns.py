@@ -35,7 +35,13 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from magnetar.tier.rows import decode_json_values, record_type, row_or_none
+from magnetar.tier.rows import (
+    as_logical,
+    decode_json_values,
+    iceberg_type,
+    record_type,
+    row_or_none,
+)
 
 TS = pa.timestamp("us", tz="UTC")
 ENVELOPE = [
@@ -80,26 +86,46 @@ class ValueSchema:
     @property
     def record(self) -> pa.StructType | None:
         """The union of every version's fields as one struct, or None when the values stay
-        binary (no record schema, or a type this mapping does not cover)."""
+        binary (no record schema, or a type this mapping does not cover). Each field has
+        the type its values are stored as."""
+        return self._union(logical=False)
+
+    @property
+    def logical_record(self) -> pa.StructType | None:
+        """:attr:`record` with the fields' logical types (dates, times, timestamps, and an
+        AVRO schema's decimals) in the units they are stored in; :func:`iceberg_type` gives
+        the column types. A field whose logical type a later version changed keeps the
+        first one (its column cannot change type)."""
+        return self._union(logical=True)
+
+    def _union(self, *, logical: bool) -> pa.StructType | None:
         if self.type not in RECORD_SCHEMAS or not self.versions:
             return None
         fields: dict[str, pa.Field] = {}
+        stored: dict[str, pa.DataType] = {}
         for definition in self.versions:
-            mapped = record_type(definition)
-            if mapped is None:
+            mapped = record_type(definition, logical=logical, decimals=self.type == "AVRO")
+            plain = record_type(definition)
+            if mapped is None or plain is None:
                 return None
-            for f in mapped[0]:
+            for f, p in zip(mapped[0], plain[0], strict=True):
                 if f.name.startswith("__"):
                     return None  # would shadow an envelope column
+                if f.name in fields and stored[f.name] == p.type and fields[f.name] != f:
+                    continue  # the same stored type, another logical type: the first stays
                 fields[f.name] = f  # a later version may widen a type (int → long)
+                stored[f.name] = p.type
         return pa.struct(list(fields.values()))
 
 
-def table_schema(value_schema: ValueSchema | None, *, tier_columns: bool = False) -> pa.Schema:
+def table_schema(
+    value_schema: ValueSchema | None, *, tier_columns: bool = False, logical: bool = False
+) -> pa.Schema:
     """The Arrow schema of a topic's Iceberg rows (with ``tier_columns``: of the data files
-    that are also the tier's segment objects)."""
-    record = value_schema.record if value_schema is not None else None
-    typed = list(record) if record is not None else [VALUE]
+    that are also the tier's segment objects; with ``logical``: typed by the fields'
+    logical types, see :attr:`ValueSchema.logical_record`)."""
+    record = _record(value_schema, logical)
+    typed = list(iceberg_type(record)) if record is not None else [VALUE]
     tier = TIER_COLUMNS + ([RAW_VALUE] if record is not None else []) if tier_columns else []
     return pa.schema([*ENVELOPE, *tier, *typed])  # typed last: evolution appends to them
 
@@ -110,10 +136,12 @@ def to_table_rows(
     value_schema: ValueSchema | None,
     *,
     tier_columns: bool = False,
+    logical: bool = False,
 ) -> pa.Table:
     """Rows of the tier's Parquet layout → rows of the topic's Iceberg table (with
-    ``tier_columns``: also the columns that rebuild the original entries)."""
-    schema = table_schema(value_schema, tier_columns=tier_columns)
+    ``tier_columns``: also the columns that rebuild the original entries; with
+    ``logical``: typed by the fields' logical types)."""
+    schema = table_schema(value_schema, tier_columns=tier_columns, logical=logical)
     record = value_schema.record if value_schema is not None else None
     arrays: list[pa.Array | pa.ChunkedArray] = []
     for field in ENVELOPE:
@@ -130,9 +158,18 @@ def to_table_rows(
         arrays.append(layout.column("value"))
     else:
         assert value_schema is not None
-        values = _decode(layout, value_schema, record)
+        values: pa.Array = _decode(layout, value_schema, record)
+        typed = _record(value_schema, logical)
+        if logical and typed is not None:
+            values = as_logical(values, typed)
         arrays.extend(values.flatten())
     return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _record(value_schema: ValueSchema | None, logical: bool) -> pa.StructType | None:
+    if value_schema is None:
+        return None
+    return value_schema.logical_record if logical else value_schema.record
 
 
 def _decode(layout: pa.Table, value_schema: ValueSchema, record: pa.StructType) -> pa.StructArray:

@@ -64,7 +64,10 @@ COMMIT_TRIES = 20
 # not re-applied by pyiceberg on top of a table nobody checked (its default retries): it
 # fails, and Magnetar decides again on the new table (_retry_lost_commits).
 NO_REBASE = {"commit.retry.num-retries": "0"}
-TABLE_PROPERTIES = {"commit.manifest-merge.enabled": "true", **NO_REBASE}
+# set on the tables this version makes: their columns are typed by the fields' logical types
+# (a table made before keeps the stored types: a long column cannot become a timestamp)
+LOGICAL_TYPES = {"magnetar.logical-types": "true"}
+TABLE_PROPERTIES = {"commit.manifest-merge.enabled": "true", **NO_REBASE, **LOGICAL_TYPES}
 # table property FENCE_PROPERTY + attempt id: that offload or registration may never commit
 FENCE_PROPERTY = "magnetar.fenced."
 FENCE_KEEP_MS = 7 * 24 * 3600 * 1000  # fences older than this go when another is written
@@ -128,6 +131,7 @@ class IcebergTables:
         self.url = url
         self.warehouse = f"{store.url}/iceberg"
         self._catalog: Catalog | None = None
+        self._logical: dict[tuple[str, str, str], bool] = {}  # per table, once it exists
         # One catalog call at a time from this process (commits, table creation, reads):
         # no two of our own connections ever wait on each other's SQLite locks.
         self._lock = threading.RLock()
@@ -177,7 +181,8 @@ class IcebergTables:
         index = partition_index(partition)
 
         def to_files(layout: pa.Table) -> list[tuple[str, pa.Table]]:
-            rows = to_table_rows(layout, index, value_schema, tier_columns=True)
+            logical = self.logical_types(partition)
+            rows = to_table_rows(layout, index, value_schema, tier_columns=True, logical=logical)
             return [(f"iceberg-{day:06d}", part) for day, part in split_runs(rows)]
 
         return to_files
@@ -193,7 +198,8 @@ class IcebergTables:
         """Write the table's data files for one segment (rows in the tier's Parquet layout)
         under ``attempt_prefix``; returns their keys. Durable when this returns; nothing is
         registered yet. The table is created, or its schema widened, first."""
-        rows = to_table_rows(layout, partition_index(partition), value_schema)
+        logical = self.logical_types(partition)
+        rows = to_table_rows(layout, partition_index(partition), value_schema, logical=logical)
         self.ensure_table(partition, rows.schema)
         keys = []
         for day, part in split_by_day(rows):
@@ -204,6 +210,29 @@ class IcebergTables:
             self.store.put(key, sink.getvalue())
             keys.append(key)
         return keys
+
+    def logical_types(self, partition: str) -> bool:
+        """Whether the partition's table types its columns by the fields' logical types:
+        a table this version makes does (``LOGICAL_TYPES``), one made before does not."""
+        ident = identifier(partition)
+        known = self._logical.get(ident)
+        if known is None:
+            from pyiceberg.exceptions import NoSuchTableError
+
+            with self._lock:
+                try:
+                    table = self.catalog.load_table(ident)
+                except NoSuchTableError:
+                    return True  # this version will make it
+            known = all(table.properties.get(k) == v for k, v in LOGICAL_TYPES.items())
+            self._logical[ident] = known
+        return known
+
+    def prepare_table(self, partition: str, value_schema: ValueSchema | None) -> Table:
+        """:meth:`ensure_table` with the columns of ``value_schema`` (and the tier's)."""
+        logical = self.logical_types(partition)
+        schema = table_schema(value_schema, tier_columns=True, logical=logical)
+        return self.ensure_table(partition, schema)
 
     def ensure_table(self, partition: str, schema: pa.Schema) -> Table:
         """The partition's table, created (partitioned by ``day(__publish_time)``) or with
