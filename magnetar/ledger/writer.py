@@ -104,6 +104,9 @@ class _Open:
         self.in_flight = 0  # appends handed to storage that have not ended
         self.idle: asyncio.Future[None] | None = None  # set when in_flight falls to 0
         self.failed: StorageError | None = None
+        # Whether the failure has been raised to a caller yet. Until then every append
+        # fails with it too (see SegmentWriter.append).
+        self.reported = False
 
     @property
     def segment_id(self) -> int:
@@ -241,10 +244,22 @@ class SegmentWriter:
         fmt: int = 0,
     ) -> Entry:
         """Append one entry; returns once storage has it durable (and every earlier entry).
-        If it raises, nothing of it was acknowledged."""
+        If it raises, nothing of it was acknowledged.
+
+        Once the open segment fails, the appends that follow are never stored ahead of
+        the failed ones' retries: an append fails with that failure if it was waiting
+        when the segment failed, or if it comes before the failure has been raised to any
+        caller. A caller that stops publishing when an append raises (a topic fences
+        itself, as Pulsar's does) therefore finds stored after a failure only what was
+        appended after it had heard of it; the next append after that starts a new
+        segment.
+        """
         ts = self.clock.now_ms() if publish_time is None else publish_time
         check_header_fields(count, ts, event_time, fmt, len(payload))
         seg, policy = self._open, self.policy
+        if seg is not None and seg.failed is not None and not seg.reported:
+            seg.reported = True
+            raise seg.failed
         if (
             seg is not None
             and seg.failed is None
@@ -261,18 +276,29 @@ class SegmentWriter:
             # and nothing can start one before this call returns to the loop.
             eid, done = self._send(seg, payload, count, ts, event_time, fmt)
         else:
+            called_on = seg if seg is not None and seg.failed is None else None
             self._queued += 1
             try:
                 await self.lock.acquire()
             finally:
                 self._queued -= 1
             try:
+                if called_on is not None and called_on.failed is not None:
+                    # it waited behind entries that failed: stored now, in a new segment,
+                    # it would come before their retries
+                    called_on.reported = True
+                    raise called_on.failed
                 seg = await self._writable()
                 eid, done = self._send(seg, payload, count, ts, event_time, fmt)
             finally:
                 self.lock.release()
-        entry = await done
+        try:
+            entry = await done
+        except Exception:
+            seg.reported = seg.reported or seg.failed is not None
+            raise
         if eid > seg.lac and seg.failed is not None:
+            seg.reported = True
             raise seg.failed  # never acknowledged: an earlier entry of the segment failed
         return entry
 

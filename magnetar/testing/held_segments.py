@@ -4,7 +4,8 @@ unchanged over a real one (``magnetar.ledger.local_segments`` on a real engine).
 
 While ``hold`` is set, an append waits before it reaches the storage beneath, until
 :meth:`HeldSegments.release_appends` lets the held ones through in the order they came;
-:meth:`HeldSegments.fail_next` fails the next append of a segment and every later one.
+:meth:`HeldSegments.fail_next` fails the next append of a segment and every later one,
+:meth:`HeldSegments.fail_held` the held ones.
 Both ways of appending are held and failed alike: ``append`` and, for the writer,
 ``start_append`` (the inner storage's own if it has one, so its fast path is the one tested).
 """
@@ -31,7 +32,8 @@ class HeldSegments:
     def __init__(self, inner: SegmentStorage) -> None:
         self.inner = inner
         self.hold = False
-        self._held: list[Callable[[], None]] = []  # each lets one held append go on
+        # each held append: what lets it go on, what fails it
+        self._held: list[tuple[Callable[[], None], Callable[[StorageError], None]]] = []
         self._start = append_starter(inner)
         self._failed: dict[int, StorageError] = {}
 
@@ -48,8 +50,16 @@ class HeldSegments:
         """Let every held append go on to the storage beneath, in order; returns how many.
         Each is durable once its own call returns, as the storage beneath says."""
         held, self._held = self._held, []
-        for go_on in held:
+        for go_on, _fail in held:
             go_on()
+        return len(held)
+
+    def fail_held(self, error: StorageError) -> int:
+        """Fail every held append with ``error`` (nothing of it reaches the storage
+        beneath); returns how many."""
+        held, self._held = self._held, []
+        for _go_on, fail in held:
+            fail(error)
         return len(held)
 
     async def append(self, segment: int, entry_id: int, entry: Entry) -> None:
@@ -58,7 +68,7 @@ class HeldSegments:
             raise failed
         if self.hold:
             done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._held.append(lambda: done.set_result(None))
+            self._held.append((lambda: done.set_result(None), done.set_exception))
             await done  # resumed in release order, then hands the entry on at once
         await self.inner.append(segment, entry_id, entry)
 
@@ -67,7 +77,7 @@ class HeldSegments:
         if failed is not None:
             then(failed)
         elif self.hold:
-            self._held.append(lambda: self._start(segment, entry_id, entry, then))
+            self._held.append((lambda: self._start(segment, entry_id, entry, then), then))
         else:
             self._start(segment, entry_id, entry, then)
 

@@ -4,7 +4,8 @@ inject: the managed ledger's writer is tested against it in-process, without sto
 
 Appends are held until :meth:`MemorySegments.release_appends` when ``hold`` is set, so a test
 decides when they become durable; :meth:`fail_next` fails the next append of a segment (and
-every later one, as the contract says); :meth:`fence` refuses later appends with FencedError.
+every later one, as the contract says), :meth:`fail_held` the held ones; :meth:`fence`
+refuses later appends with FencedError.
 """
 
 from __future__ import annotations
@@ -84,6 +85,15 @@ class MemorySegments:
         for done, seg, eid, entry in held:
             seg.entries[eid] = entry
             done.set_result(None)
+        return len(held)
+
+    def fail_held(self, error: StorageError) -> int:
+        """Fail every held append with ``error`` (and every later append of their
+        segments); returns how many."""
+        held, self._held = self._held, []
+        for done, seg, _eid, _entry in held:
+            seg.failed = error
+            done.set_exception(error)
         return len(held)
 
     async def seal(self, segment: int, last_entry: int) -> None:

@@ -36,6 +36,8 @@ class Segments(Protocol):
 
     def fail_next(self, segment: int, error: StorageError) -> None: ...
 
+    def fail_held(self, error: StorageError) -> int: ...
+
     async def stored(self, segment: int) -> dict[int, Entry]:
         """Every entry the storage holds of ``segment``, by entry id."""
         ...
@@ -67,6 +69,9 @@ class _Faults:
 
     def fail_next(self, segment: int, error: StorageError) -> None:
         self.faults.fail_next(segment, error)
+
+    def fail_held(self, error: StorageError) -> int:
+        return self.faults.fail_held(error)
 
 
 class InMemory(_Faults):

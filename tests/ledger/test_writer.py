@@ -91,6 +91,60 @@ async def test_a_failed_append_ends_its_segment_and_the_next_reuses_its_offset(
     assert (closed.state, closed.end_offset, closed.entries) == (SegmentState.CLOSED, 1, 1)
 
 
+async def test_an_append_made_before_a_failure_reached_a_caller_fails_with_it(
+    segments: Segments,
+) -> None:
+    """A failed segment's appends are retried by their producers; an append that comes
+    after the failure but before any caller heard of it, or that waited behind the failed
+    ones, would be stored ahead of those retries (and stored twice once its producer, told
+    of the failure, resends it): it fails too. The next one starts a new segment."""
+    meta, storage = MemoryMetadataStore(), segments.storage
+    writer = await _writer(meta, storage)
+    await writer.append(b"a")
+    segments.hold = True
+    first = asyncio.ensure_future(writer.append(b"b"))
+    while segments.held < 1:
+        await asyncio.sleep(0)
+    segments.hold = False
+    segments.fail_held(WriteFailedError("disk went away"))
+    while writer.healthy:  # the writer has the failure; the caller of "b" not yet
+        await asyncio.sleep(0)
+    assert not first.done()
+    with pytest.raises(WriteFailedError):
+        await writer.append(b"c")
+    with pytest.raises(WriteFailedError):
+        await first
+    after = await writer.append(b"d")
+    assert after.base_offset == 1 and after.segment_id != writer.records[0].info.segment_id
+    stored = []
+    for record in writer.records:
+        stored += [e.payload for e in (await segments.stored(record.info.segment_id)).values()]
+    assert stored == [b"a", b"d"]  # nothing of "b" or "c" (a failed segment ends at lac)
+
+
+async def test_an_append_waiting_behind_a_failed_one_fails_with_it(segments: Segments) -> None:
+    meta, storage = MemoryMetadataStore(), segments.storage
+    writer = await _writer(meta, storage)
+    await writer.append(b"a")
+    segments.hold = True
+    first = asyncio.ensure_future(writer.append(b"b"))
+    while segments.held < 1:
+        await asyncio.sleep(0)
+    roll = asyncio.ensure_future(writer.roll())  # holds the lock until "b" has ended
+    await asyncio.sleep(0)
+    waiting = asyncio.ensure_future(writer.append(b"c"))  # queued behind the roll
+    await asyncio.sleep(0)
+    segments.hold = False
+    segments.fail_held(WriteFailedError("disk went away"))
+    with pytest.raises(WriteFailedError):
+        await first
+    await roll
+    with pytest.raises(WriteFailedError):
+        await waiting
+    after = await writer.append(b"d")
+    assert after.base_offset == 1
+
+
 async def test_a_new_writer_fences_and_recovers_the_open_segment_and_the_old_one_stops(
     segments: Segments,
 ) -> None:
