@@ -27,8 +27,19 @@ from magnetar.broker.transactions import TransactionIndex
 from magnetar.core.entries import Entry
 from magnetar.core.ids import MessageId
 from magnetar.core.names import TopicName
-from magnetar.ledger import ManagedLedger, SegmentState, SegmentView
+from magnetar.ledger import (
+    InvalidEntryError,
+    ManagedLedger,
+    SegmentState,
+    SegmentView,
+    StorageError,
+)
 from magnetar.meta import MetadataStore
+
+_WRITE_FAILED = (
+    "topic {} is retrying after a failed write to storage: nothing of this was stored; "
+    "retry (Pulsar and Kafka clients do so on their own)"
+)
 
 
 class AccessMode(enum.IntEnum):
@@ -99,6 +110,12 @@ class Topic:
     # Set when the topic is unloaded: publishes are refused from then on, and the unload
     # waits for those already under way before it closes the ledger (Pulsar's fencing).
     fenced: bool = False
+    # Set when an append failed in storage (Pulsar's PersistentTopic.addFailed): every
+    # producer was told to go and reconnect, and until the publishes under way have all
+    # ended nothing is stored and no producer attaches. A SEND its client wrote before it
+    # heard of the failure is then never stored behind the failed one's back: the client
+    # resends everything unacknowledged, in order, through a new attachment.
+    write_failed: bool = False
     _publishing: int = 0
     _idle: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -217,6 +234,8 @@ class Topic:
         first served, until the topic has no producer: ``on_queued`` is called when it has
         to wait. Cancelling a queued call leaves the queue (and the topic) as it was.
         """
+        if self.write_failed:
+            raise TopicFencedError(_WRITE_FAILED.format(self.name))
         if name and any(p.name == name for p in self.producers):
             raise ProducerBusyError(f"producer {name!r} is already connected to {self.name}")
         producer = Producer(self, name or self.new_producer_name(), mode, bool(name))
@@ -307,6 +326,8 @@ class Topic:
             raise TopicFencedError(
                 f"topic {self.name} is moving to another broker; look it up again"
             )
+        if self.write_failed:
+            raise TopicFencedError(_WRITE_FAILED.format(self.name))
         if self.max_message_size is not None and len(payload) > self.max_message_size:
             raise MessageTooLargeError(
                 f"an entry of {len(payload)} bytes exceeds topic {self.name}'s maxMessageSize "
@@ -321,10 +342,23 @@ class Topic:
             if self.compaction is not None and result.entry is not None:
                 self.compaction.published(len(payload))
             return result
+        except StorageError as e:
+            if not isinstance(e, InvalidEntryError):  # bad input: the store is fine
+                self._writes_failed()
+            raise
         finally:
             self._publishing -= 1
             if not self._publishing:
+                self.write_failed = False
                 self._idle.set()
+
+    def _writes_failed(self) -> None:
+        """Fence publishing after a failed append until the publishes under way end, and
+        tell every producer to go (see :attr:`write_failed`)."""
+        if not self.write_failed:
+            self.write_failed = True
+            for producer in list(self.producers):
+                self._fence(producer)
 
     async def _publish(
         self,

@@ -11,12 +11,15 @@ from magnetar.storage import OffsetOutOfRangeError, SegmentState
 from magnetar.storage import SegmentInfo as SegmentView
 from magnetar.storage.errors import (
     CorruptionError,  # a read met damaged data
+    InvalidEntryError,  # an append's values cannot be stored (bad input, nothing failed)
     SegmentChangedError,  # update_segment(expect=...) refused
+    StorageError,  # an append failed in storage
 )
 from magnetar.tier import ValueSchema  # what types a topic's Iceberg table (ManagedLedger.offload)
 
 __all__ = [
     "CorruptionError",
+    "InvalidEntryError",
     "LedgerFactory",
     "LedgerStorage",
     "ManagedLedger",
@@ -24,5 +27,6 @@ __all__ = [
     "SegmentChangedError",
     "SegmentState",
     "SegmentView",
+    "StorageError",
     "ValueSchema",
 ]
