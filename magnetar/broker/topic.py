@@ -296,7 +296,14 @@ class Topic:
         if producer in self.producers:
             self.producers.remove(producer)
             producer.closed = True
-        while not self.producers and self._exclusive_waiters:
+        self._admit_waiter()
+
+    def _admit_waiter(self) -> None:
+        """Attach the next WaitForExclusive producer if the topic has none, unless a failed
+        write fences the topic: then it waits until the publishes under way have ended (a
+        producer attached then would have its SENDs refused, and stored once the fence
+        lifts, ahead of the refused ones' resends)."""
+        while not self.producers and self._exclusive_waiters and not self.write_failed:
             waiting, turn = self._exclusive_waiters.popleft()
             if not turn.done():  # done: cancelled, its task is about to leave the queue
                 self.producers.append(waiting)
@@ -349,7 +356,9 @@ class Topic:
         finally:
             self._publishing -= 1
             if not self._publishing:
-                self.write_failed = False
+                if self.write_failed:
+                    self.write_failed = False
+                    self._admit_waiter()
                 self._idle.set()
 
     def _writes_failed(self) -> None:

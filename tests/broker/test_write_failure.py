@@ -74,3 +74,39 @@ async def test_an_append_refused_for_its_values_fences_nothing() -> None:
     with pytest.raises(InvalidEntryError):
         await _publish(topic, producer, b"a")
     assert not producer.closed and not topic.write_failed
+
+
+async def test_a_producer_waiting_for_exclusive_attaches_only_once_the_fence_lifts() -> None:
+    """The failure disconnects the exclusive producer; the one waiting for the topic must not
+    take it while publishes are under way (its SENDs would be refused, and those after them
+    stored once the fence lifts, ahead of the refused ones' resends)."""
+    ledger = await memory_ledger()
+    topic = Topic(TopicName.parse("persistent://public/default/t"), ledger, MemoryMetadataStore())
+    first = await topic.add_producer("first", AccessMode.EXCLUSIVE)
+    waiting = asyncio.ensure_future(topic.add_producer("next", AccessMode.WAIT_FOR_EXCLUSIVE))
+    await asyncio.sleep(0)
+    real = ledger.storage.append
+    gates: list[asyncio.Future[None]] = []
+
+    async def held(*args: Any, **kwargs: Any) -> Any:
+        gate = asyncio.get_running_loop().create_future()
+        gates.append(gate)
+        await gate
+        return await real(*args, **kwargs)
+
+    ledger.storage.append = held  # type: ignore[method-assign]
+    failing = asyncio.ensure_future(_publish(topic, first, b"a"))
+    under_way = asyncio.ensure_future(_publish(topic, first, b"b"))
+    while len(gates) < 2:
+        await asyncio.sleep(0)
+    gates[0].set_exception(WriteFailedError("storage nodes gone"))
+    with pytest.raises(WriteFailedError):
+        await failing
+    await asyncio.sleep(0)
+    assert first.closed and not topic.producers and not waiting.done()
+    gates[1].set_result(None)
+    await asyncio.gather(under_way, return_exceptions=True)
+    ledger.storage.append = real  # type: ignore[method-assign]
+    nxt = await asyncio.wait_for(waiting, 5)  # the fence lifted: its turn
+    assert topic.producers == [nxt] and nxt.name == "next"
+    await _publish(topic, nxt, b"c")
