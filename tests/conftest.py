@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 from collections.abc import Iterator
@@ -12,6 +13,16 @@ import pytest
 
 from magnetar.testing.server import REPO, StandaloneProcess
 from magnetar.testing.zookeeper import ZooKeeperProcess
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _garbage_of_the_module() -> Iterator[None]:
+    """Collect each module's garbage as it ends. A client left unclosed in a reference cycle
+    (its socket) is otherwise found whenever the collector next runs, and its
+    ResourceWarning fails whatever test is running then: here it fails the teardown of
+    the module that made it."""
+    yield
+    gc.collect()
 
 
 @pytest.fixture(scope="module")
