@@ -24,12 +24,9 @@ async def _publish(topic: Topic, producer: Any, payload: bytes) -> Any:
     )
 
 
-async def test_a_failed_append_disconnects_producers_until_the_publishes_under_way_end() -> None:
-    ledger = await memory_ledger()
-    topic = Topic(TopicName.parse("persistent://public/default/t"), ledger, MemoryMetadataStore())
-    told: list[str] = []
-    producer = await topic.add_producer("p", AccessMode.SHARED)
-    producer.on_fenced = lambda: told.append("go")
+def _gate_appends(ledger: Any) -> tuple[Any, list[asyncio.Future[None]]]:
+    """Make each append of ``ledger``'s storage wait for a gate of its own (in the list,
+    in order), set by the test; returns the real append and the gates."""
     real = ledger.storage.append
     gates: list[asyncio.Future[None]] = []
 
@@ -39,7 +36,17 @@ async def test_a_failed_append_disconnects_producers_until_the_publishes_under_w
         await gate
         return await real(*args, **kwargs)
 
-    ledger.storage.append = held  # type: ignore[method-assign]
+    ledger.storage.append = held
+    return real, gates
+
+
+async def test_a_failed_append_disconnects_producers_until_the_publishes_under_way_end() -> None:
+    ledger = await memory_ledger()
+    topic = Topic(TopicName.parse("persistent://public/default/t"), ledger, MemoryMetadataStore())
+    told: list[str] = []
+    producer = await topic.add_producer("p", AccessMode.SHARED)
+    producer.on_fenced = lambda: told.append("go")
+    real, gates = _gate_appends(ledger)
     failing = asyncio.ensure_future(_publish(topic, producer, b"a"))
     under_way = asyncio.ensure_future(_publish(topic, producer, b"b"))
     while len(gates) < 2:
@@ -85,16 +92,7 @@ async def test_a_producer_waiting_for_exclusive_attaches_only_once_the_fence_lif
     first = await topic.add_producer("first", AccessMode.EXCLUSIVE)
     waiting = asyncio.ensure_future(topic.add_producer("next", AccessMode.WAIT_FOR_EXCLUSIVE))
     await asyncio.sleep(0)
-    real = ledger.storage.append
-    gates: list[asyncio.Future[None]] = []
-
-    async def held(*args: Any, **kwargs: Any) -> Any:
-        gate = asyncio.get_running_loop().create_future()
-        gates.append(gate)
-        await gate
-        return await real(*args, **kwargs)
-
-    ledger.storage.append = held  # type: ignore[method-assign]
+    real, gates = _gate_appends(ledger)
     failing = asyncio.ensure_future(_publish(topic, first, b"a"))
     under_way = asyncio.ensure_future(_publish(topic, first, b"b"))
     while len(gates) < 2:

@@ -11,6 +11,7 @@ import json
 
 import pytest
 
+from magnetar.core.entries import Entry
 from magnetar.ledger.segment_storage import RolloverPolicy, SegmentStorage
 from magnetar.ledger.writer import (
     SegmentIds,
@@ -91,6 +92,19 @@ async def test_a_failed_append_ends_its_segment_and_the_next_reuses_its_offset(
     assert (closed.state, closed.end_offset, closed.entries) == (SegmentState.CLOSED, 1, 1)
 
 
+async def _one_entry_then_one_held(
+    segments: Segments,
+) -> tuple[SegmentWriter, asyncio.Future[Entry]]:
+    """A writer that stored ``a``, and its append of ``b`` held by the storage."""
+    writer = await _writer(MemoryMetadataStore(), segments.storage)
+    await writer.append(b"a")
+    segments.hold = True
+    first = asyncio.ensure_future(writer.append(b"b"))
+    while segments.held < 1:
+        await asyncio.sleep(0)
+    return writer, first
+
+
 async def test_an_append_made_before_a_failure_reached_a_caller_fails_with_it(
     segments: Segments,
 ) -> None:
@@ -98,13 +112,7 @@ async def test_an_append_made_before_a_failure_reached_a_caller_fails_with_it(
     after the failure but before any caller heard of it, or that waited behind the failed
     ones, would be stored ahead of those retries (and stored twice once its producer, told
     of the failure, resends it): it fails too. The next one starts a new segment."""
-    meta, storage = MemoryMetadataStore(), segments.storage
-    writer = await _writer(meta, storage)
-    await writer.append(b"a")
-    segments.hold = True
-    first = asyncio.ensure_future(writer.append(b"b"))
-    while segments.held < 1:
-        await asyncio.sleep(0)
+    writer, first = await _one_entry_then_one_held(segments)
     segments.hold = False
     segments.fail_held(WriteFailedError("disk went away"))
     while writer.healthy:  # the writer has the failure; the caller of "b" not yet
@@ -123,13 +131,7 @@ async def test_an_append_made_before_a_failure_reached_a_caller_fails_with_it(
 
 
 async def test_an_append_waiting_behind_a_failed_one_fails_with_it(segments: Segments) -> None:
-    meta, storage = MemoryMetadataStore(), segments.storage
-    writer = await _writer(meta, storage)
-    await writer.append(b"a")
-    segments.hold = True
-    first = asyncio.ensure_future(writer.append(b"b"))
-    while segments.held < 1:
-        await asyncio.sleep(0)
+    writer, first = await _one_entry_then_one_held(segments)
     roll = asyncio.ensure_future(writer.roll())  # holds the lock until "b" has ended
     await asyncio.sleep(0)
     waiting = asyncio.ensure_future(writer.append(b"c"))  # queued behind the roll
