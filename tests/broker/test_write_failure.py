@@ -40,13 +40,11 @@ def _gate_appends(ledger: Any) -> tuple[Any, list[asyncio.Future[None]]]:
     return real, gates
 
 
-async def test_a_failed_append_disconnects_producers_until_the_publishes_under_way_end() -> None:
-    ledger = await memory_ledger()
-    topic = Topic(TopicName.parse("persistent://public/default/t"), ledger, MemoryMetadataStore())
-    told: list[str] = []
-    producer = await topic.add_producer("p", AccessMode.SHARED)
-    producer.on_fenced = lambda: told.append("go")
-    real, gates = _gate_appends(ledger)
+async def _second_under_way_as_the_first_fails(
+    topic: Topic, producer: Any, gates: list[asyncio.Future[None]]
+) -> asyncio.Future[Any]:
+    """Publish ``a`` and ``b`` (appends gated), fail ``a``'s append; returns ``b``'s
+    publish, still under way."""
     failing = asyncio.ensure_future(_publish(topic, producer, b"a"))
     under_way = asyncio.ensure_future(_publish(topic, producer, b"b"))
     while len(gates) < 2:
@@ -54,6 +52,17 @@ async def test_a_failed_append_disconnects_producers_until_the_publishes_under_w
     gates[0].set_exception(WriteFailedError("storage nodes gone"))
     with pytest.raises(WriteFailedError):
         await failing
+    return under_way
+
+
+async def test_a_failed_append_disconnects_producers_until_the_publishes_under_way_end() -> None:
+    ledger = await memory_ledger()
+    topic = Topic(TopicName.parse("persistent://public/default/t"), ledger, MemoryMetadataStore())
+    told: list[str] = []
+    producer = await topic.add_producer("p", AccessMode.SHARED)
+    producer.on_fenced = lambda: told.append("go")
+    real, gates = _gate_appends(ledger)
+    under_way = await _second_under_way_as_the_first_fails(topic, producer, gates)
     assert topic.write_failed and producer.closed and told == ["go"]
     with pytest.raises(TopicFencedError):  # stored nothing
         await _publish(topic, producer, b"c")
@@ -93,13 +102,7 @@ async def test_a_producer_waiting_for_exclusive_attaches_only_once_the_fence_lif
     waiting = asyncio.ensure_future(topic.add_producer("next", AccessMode.WAIT_FOR_EXCLUSIVE))
     await asyncio.sleep(0)
     real, gates = _gate_appends(ledger)
-    failing = asyncio.ensure_future(_publish(topic, first, b"a"))
-    under_way = asyncio.ensure_future(_publish(topic, first, b"b"))
-    while len(gates) < 2:
-        await asyncio.sleep(0)
-    gates[0].set_exception(WriteFailedError("storage nodes gone"))
-    with pytest.raises(WriteFailedError):
-        await failing
+    under_way = await _second_under_way_as_the_first_fails(topic, first, gates)
     await asyncio.sleep(0)
     assert first.closed and not topic.producers and not waiting.done()
     gates[1].set_result(None)
