@@ -141,7 +141,9 @@ class ViewService:
 
     async def _lead(self) -> None:
         """Every CHECK_S: learn views created or deleted elsewhere, and take the views
-        nobody leads (its preferred broker at once, any broker after PATIENCE_S)."""
+        nobody leads (its preferred broker at once, any broker after PATIENCE_S). A failed
+        round is logged once per distinct error, and once more when rounds succeed again."""
+        failing: str | None = None
         while True:
             try:
                 await self._load_records()
@@ -151,7 +153,13 @@ class ViewService:
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # cut off from ZooKeeper: the next round tries again
-                log.debug("views: leadership round failed: %s", e)
+                if first_line(e) != failing:
+                    failing = first_line(e)
+                    log.warning("views: taking views nobody leads failed (retried): %s", failing)
+            else:
+                if failing is not None:
+                    log.warning("views: taking views nobody leads works again")
+                    failing = None
             await asyncio.sleep(CHECK_S)
 
     async def _maybe_take(self, name: str) -> None:
@@ -179,16 +187,19 @@ class ViewService:
             self.records[name] = record
             if not isinstance(record, ViewRecord):
                 return True
+            log.info("view %s: led by this broker now (epoch %s)", name, self.leaders.epoch(name))
             try:
                 launch = await self._resume(record)
             except Exception as e:
                 self._resume_failed(name, e)
                 return True
         for runner in launch:
+            started = time.monotonic()
             try:
                 await self._launch(runner)
             except Exception as e:
                 self._resume_failed(name, e)
+            log.info("view %s: started in %.1f s", runner.dataset, time.monotonic() - started)
         return True
 
     def _lost(self) -> None:
