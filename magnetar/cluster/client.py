@@ -11,7 +11,7 @@ import logging
 import random
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from magnetar.cluster.errors import NodeUnavailableError
@@ -197,6 +197,11 @@ class NodeDirectory:
         info = self.nodes.get(node_id)
         self._suspects[node_id] = (time.monotonic(), info.pid if info else 0)
 
+    def trusted(self, node_id: str) -> bool:
+        """Whether ``node_id`` is registered and did not fail lately."""
+        info = self.nodes.get(node_id)
+        return info is not None and self._trusted(info)
+
     def _trusted(self, n: NodeInfo) -> bool:
         since, pid = self._suspects.get(n.node_id, (0.0, 0))
         return n.pid != pid or time.monotonic() - since > QUARANTINE_S
@@ -225,6 +230,16 @@ class NodeDirectory:
             QUARANTINE_S,
         )
         return random.sample(chosen, size)
+
+    def spares(self, exclude: Collection[str]) -> list[NodeInfo]:
+        """Registered read-write nodes outside ``exclude`` that may take a failed ensemble
+        member's place: those that did not fail lately, or, when there is none, those that
+        did (BookKeeper's ``replaceBookie`` falls back to quarantined bookies the same
+        way). A node that failed once under load is alive more often than not; without it a
+        ledger whose two members both missed an add timeout would fail outright."""
+        writable = [n for n in self.nodes.values() if n.writable and n.node_id not in exclude]
+        trusted = [n for n in writable if self._trusted(n)]
+        return trusted or writable
 
     def connection(self, node_id: str) -> NodeConnection:
         conn = self._conns.get(node_id)

@@ -159,7 +159,7 @@ class _Writer:
     def _replace_down_nodes(self) -> None:
         """Nodes written around (no spare then) are replaced once a spare registers."""
         current = self.ledger.ensemble_for(self.next_eid)
-        if not any(n.node_id not in current for n in self.store.nodes.writable()):
+        if not self.store.nodes.spares({*current, *self.down}):
             return
         for node in list(self.down):
             self.down.discard(node)
@@ -234,13 +234,17 @@ class _Writer:
                 return
             log.warning("%s: storage node %s failed (%s)", self.name, node, why)
             current = self.ledger.ensemble_for(self.next_eid)
-            spare = [
-                n.node_id
-                for n in self.store.nodes.writable()
-                if n.node_id not in current and n.node_id not in self.down
-            ]
-            if spare:
-                replacement = random.choice(spare)
+            spares = self.store.nodes.spares({*current, *self.down})
+            if spares:
+                replacement = random.choice(spares).node_id
+                if not self.store.nodes.trusted(replacement):
+                    log.warning(
+                        "%s: storage node %s failed lately too, but no other is left to "
+                        "replace %s: it is taken",
+                        self.name,
+                        replacement,
+                        node,
+                    )
                 nodes = [replacement if n == node else n for n in current]
                 first = self.lac + 1
                 ensembles = [(f, ns) for f, ns in self.ledger.ensembles if f < first]

@@ -339,6 +339,53 @@ def test_a_frozen_storage_node_is_replaced_after_the_add_timeout(cluster: Cluste
     pub.close()
 
 
+def test_a_node_that_failed_lately_replaces_the_other_member_when_no_other_is_left(
+    cluster: Cluster,
+) -> None:
+    """E=Qw=Qa=2 on three nodes. One member freezes and is replaced by the third node; it
+    wakes up, but stays quarantined for 30 s. Then the other member freezes: the only node
+    left is the quarantined one, and the ledger takes it (as BookKeeper's replaceBookie
+    does) instead of failing every pending publish. It used to fail and fence the topic."""
+    for _ in range(3):
+        cluster.add_node()
+    b = cluster.add_broker("--add-timeout-ms", "1500")
+    pub = Publisher(b.pulsar_url, TOPIC).start()
+    wait_for(lambda: len(pub.acked) >= 1000, 60, "1000 acknowledged messages")
+    ledger = cluster.ledgers(TOPIC)[-1]
+    first = next(n for n in cluster.nodes if n.node_id in ledger["ensembles"][-1][1])
+    first.pause()
+    wait_for(
+        lambda: first.node_id not in cluster.ledgers(TOPIC)[-1]["ensembles"][-1][1],
+        60,
+        "the frozen node replaced",
+    )
+    first.resume()
+    wait_for(lambda: first.node_id in _nodes_listing(b.http_url), 60, "the node registered again")
+    before = len(pub.acked)
+    wait_for(lambda: len(pub.acked) >= before + 500, 60, "publishes going on")
+    ensemble = cluster.ledgers(TOPIC)[-1]["ensembles"][-1][1]
+    second = next(n for n in cluster.nodes if n.node_id in ensemble)
+    second.pause()
+    try:
+        wait_for(
+            lambda: first.node_id in cluster.ledgers(TOPIC)[-1]["ensembles"][-1][1],
+            60,
+            "the quarantined node taken back",
+        )
+        before = len(pub.acked)
+        wait_for(lambda: len(pub.acked) >= before + 1000, 60, "publishes going on without it")
+    finally:
+        second.resume()
+    pub.stop()
+    ledgers = cluster.ledgers(TOPIC)
+    assert ledgers[-1]["info"]["segment_id"] == ledger["info"]["segment_id"], "ledger given up"
+    assert not any("failed: " in line for line in b.output if "ledger" in line), [
+        line for line in b.output if "ledger" in line and "failed" in line
+    ]
+    check_history(read_all(b.pulsar_url, TOPIC, len(pub.acked)), pub.acked)
+    pub.close()
+
+
 @pytest.fixture
 def small_disk(tmp_path: Any) -> Any:
     """A 48 MiB tmpfs for one storage node's data (we run as root in CI)."""
