@@ -17,7 +17,7 @@ import functools
 import json
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import quote
 
 from magnetar.core.clock import Clock
@@ -111,6 +111,12 @@ class _Open:
     @property
     def segment_id(self) -> int:
         return self.record.info.segment_id
+
+    def raise_failure(self) -> NoReturn:
+        """Raise the segment's failure to a caller, who has then heard of it."""
+        assert self.failed is not None
+        self.reported = True
+        raise self.failed
 
 
 class SegmentWriter:
@@ -258,8 +264,7 @@ class SegmentWriter:
         check_header_fields(count, ts, event_time, fmt, len(payload))
         seg, policy = self._open, self.policy
         if seg is not None and seg.failed is not None and not seg.reported:
-            seg.reported = True
-            raise seg.failed
+            seg.raise_failure()
         if (
             seg is not None
             and seg.failed is None
@@ -286,8 +291,7 @@ class SegmentWriter:
                 if called_on is not None and called_on.failed is not None:
                     # it waited behind entries that failed: stored now, in a new segment,
                     # it would come before their retries
-                    called_on.reported = True
-                    raise called_on.failed
+                    called_on.raise_failure()
                 seg = await self._writable()
                 eid, done = self._send(seg, payload, count, ts, event_time, fmt)
             finally:
@@ -298,8 +302,7 @@ class SegmentWriter:
             seg.reported = seg.reported or seg.failed is not None
             raise
         if eid > seg.lac and seg.failed is not None:
-            seg.reported = True
-            raise seg.failed  # never acknowledged: an earlier entry of the segment failed
+            seg.raise_failure()  # never acknowledged: an earlier entry of the segment failed
         return entry
 
     def _send(
