@@ -159,8 +159,8 @@ class _Writer:
     def _replace_down_nodes(self) -> None:
         """Nodes written around (no spare then) are replaced once a spare registers."""
         current = self.ledger.ensemble_for(self.next_eid)
-        if not self.store.nodes.spares({*current, *self.down}):
-            return
+        if not any(n.node_id not in current for n in self.store.nodes.writable()):
+            return  # (a spare that failed lately is taken only for a node failing now)
         for node in list(self.down):
             self.down.discard(node)
             why = "replacing a node written around"
@@ -234,17 +234,10 @@ class _Writer:
                 return
             log.warning("%s: storage node %s failed (%s)", self.name, node, why)
             current = self.ledger.ensemble_for(self.next_eid)
-            spares = self.store.nodes.spares({*current, *self.down})
-            if spares:
-                replacement = random.choice(spares).node_id
-                if not self.store.nodes.trusted(replacement):
-                    log.warning(
-                        "%s: storage node %s failed lately too, but no other is left to "
-                        "replace %s: it is taken",
-                        self.name,
-                        replacement,
-                        node,
-                    )
+            replacement = await self._spare({*current, *self.down}, node)
+            if self.failed is not None or not self._current():
+                return
+            if replacement is not None:
                 nodes = [replacement if n == node else n for n in current]
                 first = self.lac + 1
                 ensembles = [(f, ns) for f, ns in self.ledger.ensembles if f < first]
@@ -270,6 +263,8 @@ class _Writer:
                 self.down.add(node)
             for eid, add in list(self.pending.items()):
                 add.acks.discard(node)
+                if replacement is not None:  # a node taken back may have failed this add
+                    add.sent.discard(replacement)
                 for target in self.ledger.write_set(eid):
                     if target not in self.down and target not in add.sent:
                         self._send(add, target)
@@ -277,6 +272,30 @@ class _Writer:
                 if self.failed is not None:
                     return
             self._complete()
+
+    async def _spare(self, exclude: set[str], failed: str) -> str | None:
+        """A node to take ``failed``'s place, at random: one that did not fail lately, or
+        else one that did (see ``NodeDirectory.spares``) and answers a ping now — a node
+        that is really gone (killed, its registration not yet expired) is not taken."""
+        spares = self.store.nodes.spares(exclude)
+        random.shuffle(spares)
+        for spare in spares:
+            if self.store.nodes.trusted(spare.node_id):
+                return spare.node_id
+            try:
+                status, _ = await self.store.nodes.call(spare.node_id, Op.PING, b"")
+            except NodeUnavailableError:
+                continue
+            if status is Status.OK:
+                log.warning(
+                    "%s: storage node %s failed lately too, but answers now and no other is "
+                    "left: it replaces %s",
+                    self.name,
+                    spare.node_id,
+                    failed,
+                )
+                return spare.node_id
+        return None
 
     def fail(self, error: StorageError) -> None:
         if self.failed is None:

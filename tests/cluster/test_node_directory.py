@@ -58,3 +58,20 @@ def test_too_few_read_write_nodes_give_no_ensemble() -> None:
         assert nodes.ensemble(2) is not None  # a (trusted) and b (the only other one)
 
     asyncio.run(main())
+
+
+def test_a_failed_member_is_replaced_by_a_trusted_spare_else_by_one_that_failed_lately() -> None:
+    """BookKeeper's replaceBookie: quarantined nodes are candidates only when no other is
+    left (the writer then takes one only if it answers a ping: tests/cluster)."""
+
+    async def main() -> None:
+        nodes = await _directory(
+            {"a": READ_WRITE, "b": READ_WRITE, "c": READ_WRITE, "d": READ_ONLY}
+        )
+        nodes.suspect("c")
+        assert [n.node_id for n in nodes.spares({"a"})] == ["b"]
+        assert [n.node_id for n in nodes.spares({"a", "b"})] == ["c"]  # failed lately
+        assert nodes.spares({"a", "b", "c"}) == []  # d is read-only
+        assert nodes.trusted("b") and not nodes.trusted("c") and not nodes.trusted("zz")
+
+    asyncio.run(main())
