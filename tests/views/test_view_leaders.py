@@ -128,6 +128,7 @@ def test_views_move_between_brokers_without_applying_an_event_twice(
     cluster = Cluster(tmp_path, url)
     suffix = uuid.uuid4().hex[:6]
     py, sql = f"py{suffix}", f"sql{suffix}"
+    publisher: Publisher | None = None
     try:
         for _ in range(2):
             cluster.add_node()
@@ -182,4 +183,9 @@ def test_views_move_between_brokers_without_applying_an_event_twice(
             print(f"--- broker {i}:\n" + "".join(server.output)[-30000:])
         raise
     finally:
+        # its client closed whatever failed: a full run that failed here then ended in
+        # "terminate called without an active exception", likely a client left to exit
+        if publisher is not None:
+            publisher.stop_flag.set()
+            publisher.join(60)
         cluster.stop()
