@@ -198,8 +198,9 @@ class ViewService:
             try:
                 await self._launch(runner)
             except Exception as e:
-                self._resume_failed(name, e)
-            log.info("view %s: started in %.1f s", runner.dataset, time.monotonic() - started)
+                self._resume_failed(name, e)  # logged there
+            else:
+                log.info("view %s: started in %.1f s", runner.dataset, time.monotonic() - started)
         return True
 
     def _lost(self) -> None:
