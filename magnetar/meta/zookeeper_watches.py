@@ -153,11 +153,11 @@ class SessionWatch:
         already in flight when it was reset, and the thawed server had not expired it):
         its ephemeral nodes are alive again for an owner that stopped acting on them. Close
         it (the server deletes them) and start a new one, off kazoo's thread."""
-        client_id = self.store._zk.client_id
-        if self._given_up is None or not client_id or client_id[0] != self._given_up:
+        session_id = self.store._zk._session_id
+        if self._given_up is None or session_id != self._given_up:
             self._given_up = None
             return False
-        log.warning("ZooKeeper revived session 0x%x, given up on: closing it", client_id[0])
+        log.warning("ZooKeeper revived session 0x%x, given up on: closing it", session_id)
         threading.Thread(target=self._renew, name="zk-renew", daemon=True).start()
         return True
 
@@ -175,8 +175,10 @@ class SessionWatch:
                 # all, for an owner that has already stopped acting on them. Curator does
                 # the same ("injected" session expiration); the server expires the old
                 # session on its own, since nobody speaks for it any more.
-                client_id = self.store._zk.client_id
-                self._given_up = client_id[0] if client_id else None
+                # kazoo's public client_id is None while suspended (it is only given while
+                # connected), so the id is read where kazoo keeps it.
+                self._given_up = self.store._zk._session_id
+                log.info("ZooKeeper session 0x%x given up on our clock", self._given_up or 0)
                 self.store._zk._reset_session()
                 self._change(SessionState.LOST)
 

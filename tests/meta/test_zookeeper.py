@@ -209,10 +209,12 @@ async def test_a_session_revived_after_it_was_given_up_is_closed_not_used(
     await owner.create_ephemeral(node, b"")
     zk, watch = owner._zk, owner._session
     old_id, old_password = zk.client_id
+    zk._live.clear()  # as kazoo does on SUSPENDED: its client_id is None from here on
     watch.on_state(KazooState.SUSPENDED)
     watch._cancel_timer()
     watch._expired()  # given up: the session id is reset in kazoo
     zk._session_id, zk._session_passwd = old_id, old_password  # the connect in flight
+    zk._live.set()  # kazoo's order: live, then CONNECTED to its listeners
     watch.on_state(KazooState.CONNECTED)  # kazoo, back on the revived session
     await _until(lambda: states[-1:] == [SessionState.CONNECTED], "a new session")
     assert states == [SessionState.SUSPENDED, SessionState.LOST, SessionState.CONNECTED]
