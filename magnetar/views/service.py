@@ -168,10 +168,13 @@ class ViewService:
             return
         since = self._leaderless.setdefault(name, time.monotonic())
         if time.monotonic() - since >= PATIENCE_S or await self.leaders.preferred(name):
-            await self._take(name)
+            await self._take(name, wait=False)
 
-    async def _take(self, name: str) -> bool:
-        """Lead ``name`` if nobody does, and start its runners; False if another leads it."""
+    async def _take(self, name: str, *, wait: bool = True) -> bool:
+        """Lead ``name`` if nobody does, and start its runners (behind, unless ``wait``);
+        False if another leads it. The leadership round does not wait: a slow start (this
+        broker's first Spark session, a long restore) must not keep the next view it
+        takes over waiting for a leader."""
         async with self._lock:
             if self.leaders.epoch(name) is not None:
                 return True
@@ -193,7 +196,16 @@ class ViewService:
             except Exception as e:
                 self._resume_failed(name, e)
                 return True
+        if wait:
+            await self._start(name, launch)
+        else:
+            self._spawn(self._start(name, launch))
+        return True
+
+    async def _start(self, name: str, launch: list[ViewRunner]) -> None:
         for runner in launch:
+            if runner is not self.runners.get(name) and runner is not self.pending.get(name):
+                continue  # retired meanwhile (the view deleted, or replaced by a new version)
             started = time.monotonic()
             try:
                 await self._launch(runner)
@@ -201,7 +213,6 @@ class ViewService:
                 self._resume_failed(name, e)  # logged there
             else:
                 log.info("view %s: started in %.1f s", runner.dataset, time.monotonic() - started)
-        return True
 
     def _lost(self) -> None:
         """The ZooKeeper session ended: another broker may lead any view now. Stop every

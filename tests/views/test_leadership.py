@@ -10,11 +10,16 @@ import sqlite3
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
-from magnetar.broker.records import LeaseKind, Leases
+from magnetar.broker.records import LeaseKind, Leases, RecordKind, RecordStore
+from magnetar.core.config import Settings
 from magnetar.meta.zookeeper import ZooKeeperMetadataStore
 from magnetar.testing.zookeeper import ZooKeeperProcess
 from magnetar.views.leader import ViewLeaders
+from magnetar.views.records import VersionRecord, ViewRecord
+from magnetar.views.service import ViewService
 from magnetar.views.stores import open_state_store
 
 
@@ -56,6 +61,58 @@ def test_one_leader_per_view_and_epochs_that_only_grow(zookeeper: ZooKeeperProce
         finally:
             a.close()
             await stores[0].aclose()
+
+    asyncio.run(run())
+
+
+def test_a_slow_start_leaves_no_other_view_without_a_leader(
+    zookeeper: ZooKeeperProcess, tmp_path: Path
+) -> None:
+    """A broker taking over views takes them all before any query has started: one start
+    can take minutes (the broker's first Spark session, a long restore), and the next view
+    must not wait that long for a leader. Injected: the first view's start never ends."""
+    url = zookeeper.url(f"/slow-start-{uuid.uuid4().hex[:8]}")
+
+    async def run() -> None:
+        meta = ZooKeeperMetadataStore(url.partition("?")[0])
+        definitions = RecordStore(meta, RecordKind.VIEWS)
+        names = ["a_slow", "b_next"]
+        for name in names:
+            definition = {"source": "t", "sql": "SELECT key FROM events", "key": "key"}
+            record = ViewRecord(name, VersionRecord(definition, 1, {}, 0))
+            await definitions.put(name, json.dumps(record.to_json()).encode())
+        service = ViewService(Settings(data_dir=tmp_path), definitions, None)
+        me = Me("me:6650", "http://me:8080")
+
+        async def brokers() -> list[Me]:
+            return [me]
+
+        service.leaders = ViewLeaders(Leases(meta, LeaseKind.VIEWS), me, brokers, service._lost)
+        starting: list[str] = []
+
+        async def resume(record: Any) -> list[Any]:
+            runner = SimpleNamespace(name=record.name, dataset=record.name, stop=lambda: None)
+            service.runners[record.name] = runner
+            return [service.runners[record.name]]
+
+        async def launch(runner: Any) -> None:
+            starting.append(runner.name)
+            if runner.name == "a_slow":
+                await asyncio.Event().wait()
+
+        service._resume = resume  # type: ignore[method-assign]
+        service._launch = launch  # type: ignore[method-assign]
+        leading = asyncio.create_task(service._lead())
+        try:
+            async with asyncio.timeout(20):
+                while any(service.leaders.epoch(n) is None for n in names):
+                    await asyncio.sleep(0.05)
+                while starting != names:
+                    await asyncio.sleep(0.05)
+        finally:
+            leading.cancel()
+            await service.aclose()
+            await meta.aclose()
 
     asyncio.run(run())
 
