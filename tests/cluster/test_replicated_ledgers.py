@@ -386,6 +386,47 @@ def test_a_node_that_failed_lately_replaces_the_other_member_when_no_other_is_le
     pub.close()
 
 
+def test_a_member_taken_back_is_sent_again_the_adds_it_had_failed(cluster: Cluster) -> None:
+    """E=Qw=Qa=2 on three nodes. A member and the spare freeze together: the member misses
+    the add timeout and is replaced by the (frozen) spare, so the adds under way wait on the
+    spare; the member wakes up; the spare misses the timeout in turn, and the only node left
+    to replace it is the member that failed. Its pending adds name it already (it failed
+    them), yet they must be sent to it again: they used to wait for an ack that never came,
+    and every publish behind them with it."""
+    for _ in range(3):
+        cluster.add_node()
+    b = cluster.add_broker("--add-timeout-ms", "1500")
+    pub = Publisher(b.pulsar_url, TOPIC).start()
+    wait_for(lambda: len(pub.acked) >= 1000, 60, "1000 acknowledged messages")
+    ledger = cluster.ledgers(TOPIC)[-1]
+    ensemble = ledger["ensembles"][-1][1]
+    member = next(n for n in cluster.nodes if n.node_id in ensemble)
+    spare = next(n for n in cluster.nodes if n.node_id not in ensemble)
+    member.pause()
+    spare.pause()
+    try:
+        wait_for(
+            lambda: spare.node_id in cluster.ledgers(TOPIC)[-1]["ensembles"][-1][1],
+            60,
+            "the frozen member replaced by the frozen spare",
+        )
+        member.resume()
+        wait_for(
+            lambda: member.node_id in cluster.ledgers(TOPIC)[-1]["ensembles"][-1][1],
+            60,
+            "the member taken back in place of the spare",
+        )
+        before = len(pub.acked)
+        wait_for(lambda: len(pub.acked) >= before + 1000, 60, "publishes going on")
+    finally:
+        member.resume()
+        spare.resume()
+    pub.stop()
+    assert cluster.ledgers(TOPIC)[-1]["info"]["segment_id"] == ledger["info"]["segment_id"]
+    check_history(read_all(b.pulsar_url, TOPIC, len(pub.acked)), pub.acked)
+    pub.close()
+
+
 @pytest.fixture
 def small_disk(tmp_path: Any) -> Any:
     """A 48 MiB tmpfs for one storage node's data (we run as root in CI)."""
