@@ -339,43 +339,25 @@ def test_a_frozen_storage_node_is_replaced_after_the_add_timeout(cluster: Cluste
     pub.close()
 
 
-def test_a_node_that_failed_lately_replaces_the_other_member_when_no_other_is_left(
-    cluster: Cluster,
-) -> None:
-    """E=Qw=Qa=2 on three nodes. One member freezes and is replaced by the third node; it
-    wakes up, but stays quarantined for 30 s. Then the other member freezes: the only node
-    left is the quarantined one, and the ledger takes it (as BookKeeper's replaceBookie
-    does) instead of failing every pending publish. It used to fail and fence the topic."""
+def _two_of_three(cluster: Cluster) -> tuple[Any, Publisher, dict[str, Any]]:
+    """Three nodes, E=Qw=Qa=2, a broker with a 1.5 s add timeout and a publisher that has
+    had 1,000 messages acknowledged; returns the broker, the publisher and the ledger."""
     for _ in range(3):
         cluster.add_node()
     b = cluster.add_broker("--add-timeout-ms", "1500")
     pub = Publisher(b.pulsar_url, TOPIC).start()
     wait_for(lambda: len(pub.acked) >= 1000, 60, "1000 acknowledged messages")
-    ledger = cluster.ledgers(TOPIC)[-1]
-    first = next(n for n in cluster.nodes if n.node_id in ledger["ensembles"][-1][1])
-    first.pause()
-    wait_for(
-        lambda: first.node_id not in cluster.ledgers(TOPIC)[-1]["ensembles"][-1][1],
-        60,
-        "the frozen node replaced",
-    )
-    first.resume()
-    wait_for(lambda: first.node_id in _nodes_listing(b.http_url), 60, "the node registered again")
-    before = len(pub.acked)
-    wait_for(lambda: len(pub.acked) >= before + 500, 60, "publishes going on")
-    ensemble = cluster.ledgers(TOPIC)[-1]["ensembles"][-1][1]
-    second = next(n for n in cluster.nodes if n.node_id in ensemble)
-    second.pause()
-    try:
-        wait_for(
-            lambda: first.node_id in cluster.ledgers(TOPIC)[-1]["ensembles"][-1][1],
-            60,
-            "the quarantined node taken back",
-        )
-        before = len(pub.acked)
-        wait_for(lambda: len(pub.acked) >= before + 1000, 60, "publishes going on without it")
-    finally:
-        second.resume()
+    return b, pub, cluster.ledgers(TOPIC)[-1]
+
+
+def _member(cluster: Cluster, node: Any) -> bool:
+    """Whether ``node`` is in the ensemble the topic's ledger writes to now."""
+    return node.node_id in cluster.ledgers(TOPIC)[-1]["ensembles"][-1][1]
+
+
+def _same_ledger_whole_history(
+    cluster: Cluster, b: Any, pub: Publisher, ledger: dict[str, Any]
+) -> None:
     pub.stop()
     ledgers = cluster.ledgers(TOPIC)
     assert ledgers[-1]["info"]["segment_id"] == ledger["info"]["segment_id"], "ledger given up"
@@ -386,6 +368,32 @@ def test_a_node_that_failed_lately_replaces_the_other_member_when_no_other_is_le
     pub.close()
 
 
+def test_a_node_that_failed_lately_replaces_the_other_member_when_no_other_is_left(
+    cluster: Cluster,
+) -> None:
+    """E=Qw=Qa=2 on three nodes. One member freezes and is replaced by the third node; it
+    wakes up, but stays quarantined for 30 s. Then the other member freezes: the only node
+    left is the quarantined one, and the ledger takes it (as BookKeeper's replaceBookie
+    does) instead of failing every pending publish. It used to fail and fence the topic."""
+    b, pub, ledger = _two_of_three(cluster)
+    first = next(n for n in cluster.nodes if n.node_id in ledger["ensembles"][-1][1])
+    first.pause()
+    wait_for(lambda: not _member(cluster, first), 60, "the frozen node replaced")
+    first.resume()
+    wait_for(lambda: first.node_id in _nodes_listing(b.http_url), 60, "the node registered again")
+    before = len(pub.acked)
+    wait_for(lambda: len(pub.acked) >= before + 500, 60, "publishes going on")
+    second = next(n for n in cluster.nodes if n is not first and _member(cluster, n))
+    second.pause()
+    try:
+        wait_for(lambda: _member(cluster, first), 60, "the quarantined node taken back")
+        before = len(pub.acked)
+        wait_for(lambda: len(pub.acked) >= before + 1000, 60, "publishes going on without it")
+    finally:
+        second.resume()
+    _same_ledger_whole_history(cluster, b, pub, ledger)
+
+
 def test_a_member_taken_back_is_sent_again_the_adds_it_had_failed(cluster: Cluster) -> None:
     """E=Qw=Qa=2 on three nodes. A member and the spare freeze together: the member misses
     the add timeout and is replaced by the (frozen) spare, so the adds under way wait on the
@@ -393,38 +401,21 @@ def test_a_member_taken_back_is_sent_again_the_adds_it_had_failed(cluster: Clust
     to replace it is the member that failed. Its pending adds name it already (it failed
     them), yet they must be sent to it again: they used to wait for an ack that never came,
     and every publish behind them with it."""
-    for _ in range(3):
-        cluster.add_node()
-    b = cluster.add_broker("--add-timeout-ms", "1500")
-    pub = Publisher(b.pulsar_url, TOPIC).start()
-    wait_for(lambda: len(pub.acked) >= 1000, 60, "1000 acknowledged messages")
-    ledger = cluster.ledgers(TOPIC)[-1]
-    ensemble = ledger["ensembles"][-1][1]
-    member = next(n for n in cluster.nodes if n.node_id in ensemble)
-    spare = next(n for n in cluster.nodes if n.node_id not in ensemble)
+    b, pub, ledger = _two_of_three(cluster)
+    member = next(n for n in cluster.nodes if n.node_id in ledger["ensembles"][-1][1])
+    spare = next(n for n in cluster.nodes if n.node_id not in ledger["ensembles"][-1][1])
     member.pause()
     spare.pause()
     try:
-        wait_for(
-            lambda: spare.node_id in cluster.ledgers(TOPIC)[-1]["ensembles"][-1][1],
-            60,
-            "the frozen member replaced by the frozen spare",
-        )
+        wait_for(lambda: _member(cluster, spare), 60, "the frozen member replaced by the spare")
         member.resume()
-        wait_for(
-            lambda: member.node_id in cluster.ledgers(TOPIC)[-1]["ensembles"][-1][1],
-            60,
-            "the member taken back in place of the spare",
-        )
+        wait_for(lambda: _member(cluster, member), 60, "the member taken back for the spare")
         before = len(pub.acked)
         wait_for(lambda: len(pub.acked) >= before + 1000, 60, "publishes going on")
     finally:
         member.resume()
         spare.resume()
-    pub.stop()
-    assert cluster.ledgers(TOPIC)[-1]["info"]["segment_id"] == ledger["info"]["segment_id"]
-    check_history(read_all(b.pulsar_url, TOPIC, len(pub.acked)), pub.acked)
-    pub.close()
+    _same_ledger_whole_history(cluster, b, pub, ledger)
 
 
 @pytest.fixture
